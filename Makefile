@@ -1,0 +1,41 @@
+# kiln: `make demo` and `make test` do all set-up on a fresh Debian 12 machine.
+PYTHON ?= python3
+BUILD  ?= build
+JOBS   ?= 2
+PYTEST_ARGS ?=
+
+.PHONY: setup build install demo test test-cpp test-python bench docs clean
+
+setup:
+	bash tools/setup.sh
+
+$(BUILD)/build.ninja:
+	cmake -S . -B $(BUILD) -G Ninja \
+	  -DCMAKE_PREFIX_PATH="$$($(PYTHON) -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')" \
+	  -DPython3_EXECUTABLE="$$(command -v $(PYTHON))"
+
+build: setup $(BUILD)/build.ninja
+	cmake --build $(BUILD) -j $(JOBS)
+
+# Editable install: registers the torch.backends entry point (autoload) and
+# picks up python/kiln/_C*.so as CMake rebuilds it. Never resolves torch.
+install: build
+	@$(PYTHON) -c 'import importlib.metadata as m; m.distribution("kiln")' 2>/dev/null || \
+	  $(PYTHON) -m pip install -q --no-build-isolation --no-deps -e python
+
+demo: install
+	KILN_METRICS=1 $(PYTHON) examples/train_demo.py
+
+test-cpp: build
+	$(BUILD)/kiln_core_tests
+
+test-python: install
+	$(PYTHON) -m pytest -q tests/python $(PYTEST_ARGS)
+
+test: test-cpp test-python
+
+docs: install
+	$(PYTHON) -m kiln knobs --markdown > docs/knobs.md
+
+clean:
+	rm -rf $(BUILD) python/kiln/_C*.so

@@ -1,0 +1,91 @@
+// The knob table: the one place kiln's environment variables are declared.
+//
+// Parsing, validation, `python -m kiln knobs` and docs/knobs.md are all derived
+// from kKnobTable. To add a knob, add a row here and a field to Settings.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+enum class KnobKind {
+  Integer,   // decimal integer within [min, max]
+  Boolean,   // 0 or 1
+  Choice,    // one of `choices`
+  ChoiceList,// comma-separated subset of `choices` (empty = none)
+  Text,      // free text matching no rule beyond being non-empty
+};
+
+struct KnobSpec {
+  const char* name;
+  KnobKind kind;
+  const char* default_value;  // as it would be written in the environment
+  const char* help;           // one line
+  int64_t min = 0;            // Integer only
+  int64_t max = 0;            // Integer only
+  std::vector<std::string> choices = {};  // Choice / ChoiceList
+  // An extra literal accepted for an Integer knob, standing for a computed default.
+  const char* special = nullptr;
+};
+
+// Every knob, in documentation order.
+const std::vector<KnobSpec>& knob_table();
+const KnobSpec* find_knob(const std::string& name);
+
+// Human-readable description of what a knob accepts ("an integer in 1..16").
+std::string accepted_values(const KnobSpec& spec);
+
+// A knob set to a value it does not accept. The message names the variable,
+// the value and what is accepted.
+class KnobError : public std::invalid_argument {
+ public:
+  KnobError(const KnobSpec& spec, const std::string& value);
+};
+
+enum class FallbackPolicy { Warn, Error, Silent };
+
+// Typed view of the knobs, parsed once from the environment.
+struct Settings {
+  std::string device_name;
+  int device_count;
+  int64_t device_memory_mb;
+  bool launch_blocking;
+  FallbackPolicy fallback;
+  bool metrics_at_exit;
+  std::set<std::string> log;  // enabled KILN_LOG channels
+
+  bool log_enabled(const std::string& channel) const {
+    return log.count(channel) != 0 || log.count("all") != 0;
+  }
+};
+
+struct KnobValue {
+  std::string value;
+  std::string source;  // "environment" or "default"
+};
+
+// Reads and validates every knob. `env` maps variable names to values; pass
+// nullopt to read the process environment. Throws KnobError on a bad value.
+Settings parse_settings(const std::optional<std::map<std::string, std::string>>& env = std::nullopt);
+
+// Current raw value and where it came from, for each knob (no validation).
+std::vector<std::pair<const KnobSpec*, KnobValue>> describe_knobs(
+    const std::optional<std::map<std::string, std::string>>& env = std::nullopt);
+
+// Warnings for KILN_* variables that are not knobs, naming the closest knob.
+std::vector<std::string> unknown_knob_warnings(
+    const std::optional<std::map<std::string, std::string>>& env = std::nullopt);
+
+// docs/knobs.md, generated from the table.
+std::string knobs_markdown();
+
+// The default device capacity when KILN_DEVICE_MEMORY_MB=auto: a quarter of RAM.
+int64_t auto_device_memory_mb();
+
+}  // namespace kiln

@@ -1,0 +1,41 @@
+// Process-wide counters: what kiln did, by op and by reason. Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <string_view>
+
+namespace kiln {
+
+enum class Counter {
+  Launches,        // every launch on a device queue, by op (library kernels and copies)
+  LibraryKernels,  // ops run as the CPU implementation on device memory, by op
+  Fallbacks,       // ops that needed a host round trip, by op
+  SyncPoints,      // host waits for a device, by reason
+  Errors,          // failed launches and rejected ops, by op
+  Bytes,           // bytes copied, by direction (host_to_device, device_to_host, device_to_device)
+};
+
+class Metrics {
+ public:
+  static Metrics& global();
+
+  void add(Counter counter, std::string_view key, int64_t n = 1);
+  int64_t get(Counter counter, std::string_view key) const;
+  // {"launches": {"aten::add.Tensor": 3, ...}, ...}
+  std::map<std::string, std::map<std::string, int64_t>> snapshot() const;
+  std::string report() const;
+  void reset();
+
+  static const char* counter_name(Counter counter);
+
+ private:
+  using Table = std::map<std::string, int64_t, std::less<>>;
+  static constexpr int kCounters = 6;
+  mutable std::mutex mu_;
+  Table tables_[kCounters];
+};
+
+}  // namespace kiln

@@ -1,0 +1,266 @@
+// kiln device runtime: the interface a real accelerator runtime could implement.
+//
+// A device owns a memory pool (separate from host memory, with a capacity and
+// statistics) and one in-order launch queue served by its own worker thread.
+// Everything that touches device memory after allocation — kernels, copies,
+// deferred frees, event markers — goes through that queue, so the host never
+// waits for the device except at a synchronization point.
+//
+// Errors raised by a launch are held by the queue and delivered at the next
+// synchronization point of that device (or at the launch itself when the
+// runtime is in blocking mode), naming the launch that failed. The queue keeps
+// running after an error: the device stays usable.
+//
+// No torch and no LLVM here: see DESIGN.md's layering.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+namespace kiln::runtime {
+
+// ---------------------------------------------------------------- errors
+
+// Allocation past the device's capacity. Carries the numbers a user needs.
+class OutOfMemoryError : public std::runtime_error {
+ public:
+  OutOfMemoryError(int device, size_t requested, size_t free_bytes, size_t capacity);
+  int device;
+  size_t requested;
+  size_t free_bytes;
+  size_t capacity;
+};
+
+// A launch failed on the device. `launch_name` names the op (e.g. aten::index.Tensor).
+class LaunchError : public std::runtime_error {
+ public:
+  LaunchError(int device, std::string launch_name, std::string message);
+  int device;
+  std::string launch_name;
+  std::string message;
+};
+
+// ---------------------------------------------------------------- memory
+
+struct MemoryStats {
+  int64_t allocated_bytes = 0;       // bytes handed out and not yet freed
+  int64_t reserved_bytes = 0;        // bytes the pool holds (allocated + cached)
+  int64_t peak_allocated_bytes = 0;
+  int64_t peak_reserved_bytes = 0;
+  int64_t allocation_count = 0;      // allocations ever served
+  int64_t free_count = 0;
+  int64_t oom_count = 0;
+  int64_t capacity_bytes = 0;
+};
+
+// A caching pool over a fixed capacity. Blocks are rounded to kGranularity and
+// reused by exact rounded size; empty_cache() gives cached blocks back.
+class MemoryPool {
+ public:
+  static constexpr size_t kGranularity = 512;
+  static constexpr size_t kAlignment = 64;
+
+  MemoryPool(int device, size_t capacity_bytes);
+  ~MemoryPool();
+  MemoryPool(const MemoryPool&) = delete;
+  MemoryPool& operator=(const MemoryPool&) = delete;
+
+  // Throws OutOfMemoryError when `bytes` cannot fit even after emptying the cache.
+  void* allocate(size_t bytes);
+  void free(void* ptr);
+  void empty_cache();
+  bool owns(const void* ptr) const;
+  MemoryStats stats() const;
+  void reset_peak_stats();
+  size_t capacity() const { return capacity_; }
+
+ private:
+  void release_cached_locked();
+  const int device_;
+  const size_t capacity_;
+  mutable std::mutex mu_;
+  std::unordered_map<void*, size_t> live_;                 // ptr -> rounded size
+  std::unordered_map<size_t, std::vector<void*>> cached_;  // rounded size -> free blocks
+  MemoryStats stats_;
+};
+
+// ---------------------------------------------------------------- executables
+
+// Arguments of one launch: device buffers, integer arguments (sizes, strides,
+// offsets) and floating-point scalars. Executables read them by position.
+struct LaunchArgs {
+  std::vector<void*> buffers;
+  std::vector<int64_t> ints;
+  std::vector<double> scalars;
+};
+
+// Loaded once, launched many times. The emulated device runs native host code.
+class Executable {
+ public:
+  virtual ~Executable() = default;
+  virtual const std::string& name() const = 0;
+  virtual void run(const LaunchArgs& args) = 0;
+};
+
+// ---------------------------------------------------------------- queue
+
+// One in-order queue with its own worker. Thread-safe: launches from several
+// threads are ordered by submission.
+class LaunchQueue {
+ public:
+  using Work = std::function<void()>;
+
+  explicit LaunchQueue(int device);
+  ~LaunchQueue();
+  LaunchQueue(const LaunchQueue&) = delete;
+  LaunchQueue& operator=(const LaunchQueue&) = delete;
+
+  // Enqueue `work`; returns its sequence number (1, 2, ...). `name` is what an
+  // error report will call it. Exceptions thrown by `work` become LaunchErrors.
+  uint64_t submit(std::string name, Work work);
+
+  // Wait until every launch submitted so far has run, then deliver (and clear)
+  // the first error recorded since the last delivery.
+  void synchronize();
+  // Wait until launch `seq` has run; no error delivery.
+  void wait_for(uint64_t seq);
+  // Deliver (and clear) a recorded error without waiting.
+  void raise_pending_error();
+
+  uint64_t submitted() const { return submitted_.load(std::memory_order_acquire); }
+  uint64_t completed() const { return completed_.load(std::memory_order_acquire); }
+  bool idle() const { return completed() == submitted(); }
+  bool has_pending_error() const { return has_error_.load(std::memory_order_acquire); }
+
+ private:
+  struct Item {
+    std::string name;
+    Work work;
+  };
+  void worker_loop();
+
+  const int device_;
+  std::mutex mu_;
+  std::condition_variable work_cv_;   // worker waits for items
+  std::condition_variable done_cv_;   // waiters wait for completion
+  std::deque<Item> items_;
+  std::atomic<uint64_t> submitted_{0};
+  std::atomic<uint64_t> completed_{0};
+  std::atomic<bool> has_error_{false};
+  std::unique_ptr<LaunchError> first_error_;  // guarded by mu_
+  bool stop_ = false;
+  std::thread worker_;
+};
+
+// ---------------------------------------------------------------- events
+
+using Clock = std::chrono::steady_clock;
+
+// A marker in a device's queue. Recorded events complete when every launch
+// submitted before the record has run; the time they completed is kept for
+// elapsed-time queries.
+class Event {
+ public:
+  bool recorded() const { return seq_ != 0; }
+  int device() const { return device_; }
+  bool query() const;            // completed (true when never recorded)
+  void synchronize() const;      // wait for completion (no error delivery)
+  // Milliseconds between two completed events.
+  static double elapsed_ms(const Event& start, const Event& end);
+
+ private:
+  friend class Device;
+  struct State {
+    std::atomic<bool> done{false};
+    Clock::time_point when{};
+  };
+  int device_ = -1;
+  uint64_t seq_ = 0;
+  class LaunchQueue* queue_ = nullptr;
+  std::shared_ptr<State> state_;
+};
+
+// ---------------------------------------------------------------- device
+
+class Device {
+ public:
+  Device(int index, size_t capacity_bytes, bool launch_blocking);
+
+  int index() const { return index_; }
+  MemoryPool& memory() { return pool_; }
+  LaunchQueue& queue() { return queue_; }
+
+  void* allocate(size_t bytes);
+  // Frees after every launch submitted so far has run (the block may still be
+  // read or written by them); immediately when the queue is idle.
+  void free(void* ptr);
+
+  // Launch a host function (library kernel) or a loaded executable.
+  // In blocking mode these wait for the launch and raise its error at once.
+  uint64_t launch(std::string name, LaunchQueue::Work work);
+  uint64_t launch(std::shared_ptr<Executable> exe, LaunchArgs args);
+
+  // Copies, ordered on the queue. Host memory must stay valid until the copy
+  // ran: copy_from_host snapshots the source first, copy_to_host waits.
+  void copy_from_host(void* dst, const void* src, size_t bytes);
+  void copy_to_host(void* dst, const void* src, size_t bytes);
+  void copy_on_device(void* dst, const void* src, size_t bytes);
+
+  void synchronize() { queue_.synchronize(); }
+  // Enqueue a marker for `event` (re-recording replaces the previous marker).
+  void record(Event& event);
+  bool launch_blocking() const { return launch_blocking_; }
+
+ private:
+  const int index_;
+  const bool launch_blocking_;
+  MemoryPool pool_;
+  LaunchQueue queue_;
+};
+
+// Copy between two devices: ordered after the source's pending work, on the
+// destination's queue. The caller keeps the source bytes alive until the
+// destination's queue ran the copy (the source queue is idle on return, so a
+// free of the source would be immediate).
+void copy_between_devices(Device& dst_dev, void* dst, Device& src_dev, const void* src, size_t bytes);
+
+// ---------------------------------------------------------------- runtime
+
+struct RuntimeOptions {
+  int device_count = 2;
+  size_t capacity_bytes = size_t(1) << 30;
+  bool launch_blocking = false;
+};
+
+// Process-wide set of devices. Created once; deliberately never destroyed, so
+// tensors freed during interpreter shutdown still find their pool.
+class Runtime {
+ public:
+  static Runtime& init(const RuntimeOptions& options);  // idempotent: first call wins
+  static Runtime& get();                                // throws if init() was not called
+  static bool initialized();
+
+  int device_count() const { return static_cast<int>(devices_.size()); }
+  // Throws std::out_of_range naming the index and the valid range.
+  Device& device(int index);
+  void synchronize_all();
+  const RuntimeOptions& options() const { return options_; }
+
+ private:
+  explicit Runtime(const RuntimeOptions& options);
+  RuntimeOptions options_;
+  std::vector<std::unique_ptr<Device>> devices_;
+};
+
+}  // namespace kiln::runtime

@@ -1,0 +1,40 @@
+"""kiln: an adaptive eager-mode JIT for PyTorch on an emulated accelerator.
+
+Importing kiln (which torch does by itself through the ``torch.backends``
+entry point, unless TORCH_DEVICE_BACKEND_AUTOLOAD=0) validates the KILN_*
+knobs, starts the device runtime and registers the device: ``torch.device
+("neuron")``, ``torch.neuron``, ``Tensor.neuron()``, and
+``torch.accelerator.current_accelerator()``.
+"""
+import atexit
+import sys
+import warnings
+
+import torch
+
+from . import _C
+
+for _message in _C._init():  # raises ValueError naming a bad knob
+    warnings.warn(_message, stacklevel=2)
+
+DEVICE_NAME = _C.device_name()
+
+torch.utils.rename_privateuse1_backend(DEVICE_NAME)
+
+from . import device_module as _device_module  # noqa: E402
+from . import metrics  # noqa: E402
+
+torch._register_device_module(DEVICE_NAME, _device_module)
+torch.utils.generate_methods_for_privateuse1_backend(
+    for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
+)
+
+if _C.metrics_at_exit():
+    atexit.register(lambda: print(metrics.report(), file=sys.stderr))
+
+
+def _autoload():
+    """Entry point torch calls at import; importing this package did the work."""
+
+
+__all__ = ["DEVICE_NAME", "metrics"]

@@ -1,0 +1,74 @@
+// Copies between host and device and between devices (aten::_copy_from,
+// which copy_, .to() and .cpu() reach for a non-CPU device).
+#include <ATen/native/Copy.h>
+#include <ATen/ops/copy_native.h>
+#include <torch/library.h>
+
+#include "dispatch/neuron.h"
+#include "dispatch/tensor_alias.h"
+
+namespace kiln::dispatch {
+namespace {
+
+void copy_device_to_device(const at::Tensor& src, const at::Tensor& dst) {
+  runtime::Device& dst_dev = device(dst.device().index());
+  if (src.device() != dst.device()) {
+    // The source's pending writes land first; its storage stays alive until
+    // the destination's launch ran.
+    synchronize(device(src.device().index()), "cross-device copy");
+  }
+  Metrics::global().add(Counter::Bytes, "device_to_device", dst.nbytes());
+  // One alias set: overlapping source and destination look overlapping to
+  // the CPU copy, as they would on CPU.
+  AliasSet aliases(c10::DispatchKey::CPU);
+  enqueue(dst_dev, "copy device->device",
+          [s = aliases.alias(src), d = aliases.alias(dst), keep = src.storage()]() mutable { d.copy_(s); });
+}
+
+void copy_host_to_device(const at::Tensor& src, const at::Tensor& dst) {
+  // Snapshot the host data now: a blocking copy lets the caller reuse its
+  // tensor at once. The snapshot is already in dst's dtype and shape.
+  at::Tensor staged = at::empty(dst.sizes(), dst.options().device(c10::kCPU));
+  staged.copy_(src);
+  Metrics::global().add(Counter::Bytes, "host_to_device", dst.nbytes());
+  enqueue(device(dst.device().index()), "copy host->device",
+          [staged = std::move(staged), d = host_alias(dst)]() mutable { d.copy_(staged); });
+}
+
+void copy_device_to_host(const at::Tensor& src, const at::Tensor& dst) {
+  synchronize(device(src.device().index()), "copy to host");
+  Metrics::global().add(Counter::Bytes, "device_to_host", src.nbytes());
+  dst.copy_(host_alias(src));
+}
+
+at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  TORCH_CHECK(self.defined() && dst.defined(), "copy: source and destination must be defined");
+  if (dst.numel() == 0) return dst;
+  return with_torch_errors([&] {
+    const bool src_dev = self.is_privateuseone(), dst_dev = dst.is_privateuseone();
+    if (src_dev && dst_dev) copy_device_to_device(self, dst);
+    else if (dst_dev && self.is_cpu()) copy_host_to_device(self, dst);
+    else if (src_dev && dst.is_cpu()) copy_device_to_host(self, dst);
+    else TORCH_CHECK(false, "kiln cannot copy from ", self.device(), " to ", dst.device(), "; copy through the CPU");
+    return dst;
+  });
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  dst.resize_(self.sizes());
+  return copy_from(self, dst, false);
+}
+
+at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
+  return at::native::copy_(self, src, non_blocking);
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("_copy_from", copy_from);
+  m.impl("_copy_from_and_resize", copy_from_and_resize);
+  m.impl("copy_", copy_);
+}
+
+}  // namespace kiln::dispatch

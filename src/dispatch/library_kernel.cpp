@@ -1,0 +1,448 @@
+// The device's generic kernel: every ATen op without a kernel of its own comes
+// here (a boxed fallback on the PrivateUse1 key) and runs as its CPU
+// implementation applied to device memory. Three paths:
+//
+//  view   ops that return an alias of an input: computed on aliases on the
+//         calling thread (metadata only), returned as device views of the
+//         same storage. No launch, no wait.
+//  async  everything whose output geometry the op's meta kernel can compute:
+//         outputs are allocated now, the CPU kernel is launched on the
+//         device's queue and the caller goes on. Errors (an index out of
+//         range) surface at the next sync point.
+//  host   ops whose output shapes depend on data (nonzero: kDataDependentOps),
+//         ops returning a host value (item-like), and ops without a meta
+//         kernel: the queue is drained and the CPU kernel runs on the calling
+//         thread. Only the last kind counts as a fallback (KILN_FALLBACK
+//         decides warn, error or silent): a real accelerator would have no
+//         device kernel for them, while data-dependent ops are device kernels
+//         followed by a sync, as on CUDA.
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <torch/library.h>
+
+#include <mutex>
+#include <shared_mutex>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "dispatch/generator.h"
+#include "dispatch/neuron.h"
+#include "dispatch/tensor_alias.h"
+
+namespace kiln::dispatch {
+namespace {
+
+enum class Path { View, Async, Host };
+
+// Ops whose output shape depends on input values. They have no meta kernel
+// (there is no shape to infer), yet are ordinary device work, not fallbacks.
+const std::unordered_set<std::string> kDataDependentOps = {
+    "aten::nonzero", "aten::masked_select", "aten::unique_dim", "aten::_unique", "aten::_unique2",
+    "aten::unique_consecutive", "aten::unique_dim_consecutive", "aten::repeat_interleave",
+    "aten::_ctc_loss", "aten::bincount", "aten::histogram", "aten::_histogramdd_bin_edges",
+    "aten::_histogramdd_from_bin_cts", "aten::_histogramdd_from_bin_tensors",
+};
+
+// What the dispatcher learns once about an operator from its schema.
+struct OpPlan {
+  std::string name;                      // "aten::add.Tensor"
+  Path path = Path::Async;
+  bool is_fallback = false;              // no meta kernel: runs on the host
+  const char* host_reason = "";          // Path::Host: the sync point's reason
+  std::vector<int> return_alias_arg;     // per return: argument it aliases, or -1 (fresh)
+  std::vector<bool> mutable_arg;         // per argument
+  std::vector<bool> generator_arg;       // per argument
+  std::optional<c10::OperatorHandle> out_variant;  // writes fresh outputs in place
+};
+
+bool same_alias_set(const c10::AliasInfo& a, const c10::AliasInfo& b) {
+  for (const auto& s : a.beforeSets()) {
+    if (b.beforeSets().count(s)) return true;
+  }
+  return false;
+}
+
+bool is_generator_type(const c10::TypePtr& type) {
+  if (type->kind() == c10::TypeKind::GeneratorType) return true;
+  auto opt = type->cast<c10::OptionalType>();
+  return opt && opt->getElementType()->kind() == c10::TypeKind::GeneratorType;
+}
+
+// The functional op's `.out` overload when its schema is exactly the
+// functional arguments followed by one out tensor per returned tensor.
+std::optional<c10::OperatorHandle> find_out_variant(const c10::FunctionSchema& schema) {
+  if (schema.returns().empty()) return std::nullopt;
+  for (const auto& r : schema.returns()) {
+    if (r.type()->kind() != c10::TypeKind::TensorType || r.alias_info()) return std::nullopt;
+  }
+  const std::string& overload = schema.overload_name();
+  std::vector<std::string> candidates = overload.empty() ? std::vector<std::string>{"out"}
+                                                         : std::vector<std::string>{overload + "_out", "out"};
+  for (const auto& cand : candidates) {
+    auto handle = c10::Dispatcher::singleton().findOp({schema.name(), cand});
+    if (!handle) continue;
+    const auto& out = handle->schema();
+    const size_t n = schema.arguments().size();
+    if (out.arguments().size() != n + schema.returns().size()) continue;
+    bool ok = true;
+    for (size_t i = 0; i < n && ok; ++i) {
+      ok = out.arguments()[i].name() == schema.arguments()[i].name() &&
+           *out.arguments()[i].type() == *schema.arguments()[i].type();
+    }
+    for (size_t i = n; i < out.arguments().size() && ok; ++i) {
+      const auto& a = out.arguments()[i];
+      ok = a.type()->kind() == c10::TypeKind::TensorType && a.alias_info() && a.alias_info()->isWrite();
+    }
+    if (ok && handle->hasKernelForDispatchKey(c10::DispatchKey::CPU)) return handle;
+  }
+  return std::nullopt;
+}
+
+OpPlan make_plan(const c10::OperatorHandle& op) {
+  const auto& schema = op.schema();
+  OpPlan plan;
+  plan.name = schema.name() + (schema.overload_name().empty() ? "" : "." + schema.overload_name());
+  const auto& args = schema.arguments();
+  for (const auto& a : args) {
+    plan.mutable_arg.push_back(a.alias_info() && a.alias_info()->isWrite());
+    plan.generator_arg.push_back(is_generator_type(a.type()));
+  }
+  bool any_view_return = false, any_host_value = false;
+  for (const auto& r : schema.returns()) {
+    int alias_arg = -1;
+    if (r.alias_info()) {
+      for (size_t i = 0; i < args.size(); ++i) {
+        if (args[i].alias_info() && same_alias_set(*r.alias_info(), *args[i].alias_info())) alias_arg = int(i);
+      }
+      if (!r.alias_info()->isWrite()) any_view_return = true;
+    }
+    plan.return_alias_arg.push_back(alias_arg);
+    auto kind = r.type()->kind();
+    bool tensorish = kind == c10::TypeKind::TensorType ||
+                     (kind == c10::TypeKind::ListType &&
+                      r.type()->containedType(0)->kind() == c10::TypeKind::TensorType);
+    if (!tensorish) any_host_value = true;
+  }
+  const bool has_meta = op.hasKernelForDispatchKey(c10::DispatchKey::Meta);
+  if (any_view_return) {
+    plan.path = Path::View;
+  } else if (!has_meta) {
+    plan.path = Path::Host;
+    plan.is_fallback = kDataDependentOps.count(schema.name()) == 0;
+    plan.host_reason = plan.is_fallback ? "fallback" : "data-dependent shape";
+  } else if (any_host_value) {
+    plan.path = Path::Host;
+    plan.host_reason = "host value";
+  } else {
+    plan.path = Path::Async;
+    plan.out_variant = find_out_variant(schema);
+  }
+  return plan;
+}
+
+const OpPlan& plan_for(const c10::OperatorHandle& op) {
+  static std::shared_mutex mu;
+  static std::unordered_map<c10::OperatorName, std::unique_ptr<OpPlan>> plans;
+  const auto& name = op.operator_name();
+  {
+    std::shared_lock lock(mu);
+    auto it = plans.find(name);
+    if (it != plans.end()) return *it->second;
+  }
+  auto plan = std::make_unique<OpPlan>(make_plan(op));
+  std::unique_lock lock(mu);
+  auto [it, inserted] = plans.emplace(name, std::move(plan));
+  return *it->second;
+}
+
+// ------------------------------------------------------------ device checks
+
+// Finds the op's device and enforces eager's rule: all tensors on one device,
+// except CPU 0-dim tensors (scalars) and CPU index tensors, which are copied.
+c10::DeviceIndex resolve_device(const OpPlan& plan, torch::jit::Stack& stack, size_t first) {
+  c10::DeviceIndex index = -1;
+  std::string other;
+  auto note = [&](const at::Tensor& t) {
+    if (t.device().type() == c10::kPrivateUse1) {
+      if (index < 0) index = t.device().index();
+      else if (t.device().index() != index) other = device_string(t.device().index());
+    } else if (!(t.is_cpu() && t.dim() == 0)) {
+      other = t.device().str();
+    }
+  };
+  for (size_t i = first; i < stack.size(); ++i) {
+    const c10::IValue& v = stack[i];
+    if (v.isDevice() && v.toDevice().type() == c10::kPrivateUse1 && index < 0) {
+      index = v.toDevice().has_index() ? v.toDevice().index() : current_device();
+    } else if (v.isList() && !v.isTensorList()) {
+      continue;  // index lists: CPU tensors are moved below
+    } else {
+      for_each_tensor(v, note);
+    }
+  }
+  if (index < 0) index = current_device();
+  TORCH_CHECK(other.empty(), "Expected all tensors to be on the same device, but found at least two devices, ",
+              device_string(index), " and ", other, "! (when checking arguments for ", plan.name, ")");
+  // CPU index tensors (x[cpu_idx]) are copied to the device, as CUDA does.
+  for (size_t i = first; i < stack.size(); ++i) {
+    if (stack[i].isList() && !stack[i].isTensorList()) {
+      stack[i] = map_tensors(stack[i], [&](const at::Tensor& t) {
+        return t.is_cpu() ? t.to(c10::Device(c10::kPrivateUse1, index)) : t;
+      });
+    }
+  }
+  return index;
+}
+
+c10::IValue to_host_device_arg(const c10::IValue& v, c10::DeviceType type) {
+  if (v.isDevice() && v.toDevice().type() == c10::kPrivateUse1) return c10::Device(type);
+  return v;
+}
+
+// Arguments for a CPU kernel: device tensors become aliases, CPU scalars are
+// snapshotted (the caller may change them before the launch runs), device
+// generators become their host generators.
+std::vector<c10::IValue> host_arguments(const OpPlan& plan, const torch::jit::Stack& stack, size_t first,
+                                        AliasSet& aliases, c10::DeviceIndex index, bool snapshot_cpu) {
+  std::vector<c10::IValue> out;
+  out.reserve(stack.size() - first);
+  for (size_t i = first; i < stack.size(); ++i) {
+    const c10::IValue& v = stack[i];
+    if (plan.generator_arg[i - first]) {
+      std::optional<at::Generator> gen;
+      if (v.isGenerator()) gen = v.toGenerator();
+      out.emplace_back(host_generator_for(gen, index));
+      continue;
+    }
+    c10::IValue mapped = map_tensors(v, [&](const at::Tensor& t) {
+      if (t.device().type() == c10::kPrivateUse1) return aliases.alias(t);
+      return snapshot_cpu ? t.clone() : t;
+    });
+    out.push_back(to_host_device_arg(mapped, c10::kCPU));
+  }
+  return out;
+}
+
+void warn_or_fail_fallback(const OpPlan& plan) {
+  Metrics::global().add(Counter::Fallbacks, plan.name);
+  switch (settings().fallback) {
+    case FallbackPolicy::Error:
+      TORCH_CHECK(false, plan.name, " has no way to run on ", settings().device_name,
+                  " without a host round trip (no shape inference: it has no meta kernel), and KILN_FALLBACK=error. "
+                  "Set KILN_FALLBACK=warn or silent to allow it.");
+    case FallbackPolicy::Warn: {
+      static std::mutex mu;
+      static std::unordered_set<std::string> warned;
+      std::lock_guard<std::mutex> lock(mu);
+      if (warned.insert(plan.name).second) {
+        TORCH_WARN("kiln: ", plan.name, " ran as a host fallback on ", settings().device_name,
+                   " (it has no meta kernel, so its outputs cannot be allocated ahead of the launch; "
+                   "the device queue was drained first). Warned once per op; KILN_FALLBACK=silent|error.");
+      }
+      break;
+    }
+    case FallbackPolicy::Silent:
+      break;
+  }
+}
+
+// Makes `t` (a device tensor an op writes) take the geometry its meta twin
+// ended with: out= resizing and in-place metadata changes.
+void adopt_geometry(const at::Tensor& t, const at::Tensor& meta) {
+  if (t.sizes() == meta.sizes() && t.strides() == meta.strides() && t.storage_offset() == meta.storage_offset()) {
+    return;
+  }
+  int64_t needed = meta.storage_offset();
+  bool empty = false;
+  for (int64_t d = 0; d < meta.dim(); ++d) {
+    if (meta.size(d) == 0) empty = true;
+    needed += (meta.size(d) - 1) * meta.stride(d);
+  }
+  const size_t bytes = empty ? 0 : static_cast<size_t>(needed + 1) * t.element_size();
+  if (bytes > t.storage().nbytes()) resize_device_storage(t.storage(), bytes);
+  t.unsafeGetTensorImpl()->set_sizes_and_strides(meta.sizes(), meta.strides(), meta.storage_offset());
+}
+
+// Copies a CPU kernel's result into the alias of a preallocated output.
+void copy_into(const c10::IValue& dst, const c10::IValue& src) {
+  if (dst.isTensor()) {
+    const at::Tensor& d = dst.toTensor();
+    if (d.defined() && src.isTensor() && src.toTensor().defined()) d.copy_(src.toTensor());
+  } else if (dst.isTensorList()) {
+    auto d = dst.toTensorList();
+    auto s = src.toTensorList();
+    for (size_t k = 0; k < d.size(); ++k) copy_into(d.get(k), s.get(k));
+  }
+}
+
+at::Tensor empty_like_meta(const at::Tensor& meta, c10::DeviceIndex index) {
+  return empty_device(meta.sizes(), meta.strides(), meta.scalar_type(), index);
+}
+
+// ------------------------------------------------------------ paths
+
+void run_view(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::Stack* stack, size_t first,
+              c10::DeviceIndex index) {
+  AliasSet aliases(c10::DispatchKey::CPU);
+  std::vector<c10::IValue> args = host_arguments(plan, *stack, first, aliases, index, false);
+  stack->resize(first);
+  for (auto& a : args) stack->push_back(std::move(a));
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  for (size_t i = first; i < stack->size(); ++i) {
+    (*stack)[i] = map_tensors((*stack)[i], [&](const at::Tensor& r) {
+      at::Tensor v = aliases.device_view(r);
+      TORCH_CHECK(v.defined(), plan.name, ": view op returned a tensor that is not a view of its input");
+      return v;
+    });
+  }
+}
+
+void run_on_host(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::Stack* stack, size_t first,
+                 c10::DeviceIndex index, std::string_view reason) {
+  if (plan.is_fallback) warn_or_fail_fallback(plan);
+  else Metrics::global().add(Counter::LibraryKernels, plan.name);
+  runtime::Device& dev = device(index);
+  synchronize(dev, std::string(reason) + ": " + plan.name);
+  std::vector<c10::IValue> device_args(stack->begin() + first, stack->end());
+  AliasSet aliases(c10::DispatchKey::CPU, /*resizable_cpu=*/true);
+  std::vector<c10::IValue> args = host_arguments(plan, *stack, first, aliases, index, false);
+  std::vector<c10::IValue> host_args = args;
+  stack->resize(first);
+  for (auto& a : args) stack->push_back(std::move(a));
+  {
+    c10::DeviceGuard guard(c10::Device(c10::kPrivateUse1, index));
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+  }
+  // Arguments the CPU kernel resized got host memory: bring them back.
+  for (size_t i = 0; i < device_args.size(); ++i) {
+    if (!plan.mutable_arg[i] || !device_args[i].isTensor()) continue;
+    const at::Tensor& dev_t = device_args[i].toTensor();
+    const at::Tensor& host_t = host_args[i].toTensor();
+    if (dev_t.defined() && dev_t.is_privateuseone() && !aliases.still_aliases(host_t)) {
+      at::Tensor fresh = empty_device(host_t.sizes(), host_t.strides(), host_t.scalar_type(), index);
+      host_alias(fresh).copy_(host_t);
+      dev_t.unsafeGetTensorImpl()->set_storage_keep_dtype(fresh.storage());
+      dev_t.unsafeGetTensorImpl()->set_sizes_and_strides(host_t.sizes(), host_t.strides(), host_t.storage_offset());
+    }
+  }
+  for (size_t i = first; i < stack->size(); ++i) {
+    (*stack)[i] = map_tensors((*stack)[i], [&](const at::Tensor& r) {
+      if (r.is_privateuseone()) return r;
+      at::Tensor v = aliases.device_view(r);
+      if (v.defined()) return v;
+      // A fresh host result: move it into device memory.
+      at::Tensor out = r.is_non_overlapping_and_dense()
+                           ? empty_device(r.sizes(), r.strides(), r.scalar_type(), index)
+                           : empty_device(r.sizes(), c10::contiguous_strides(r.sizes()), r.scalar_type(), index);
+      host_alias(out).copy_(r);
+      Metrics::global().add(Counter::Bytes, "host_to_device", r.nbytes());
+      return out;
+    });
+  }
+}
+
+void run_async(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::Stack* stack, size_t first,
+               c10::DeviceIndex index) {
+  // 1. Shape inference on meta twins of the arguments.
+  AliasSet metas(c10::DispatchKey::Meta);
+  std::vector<c10::IValue> meta_args;
+  meta_args.reserve(stack->size() - first);
+  for (size_t i = first; i < stack->size(); ++i) {
+    c10::IValue mapped = map_tensors((*stack)[i], [&](const at::Tensor& t) {
+      return t.device().type() == c10::kPrivateUse1 ? metas.alias(t) : t;
+    });
+    meta_args.push_back(to_host_device_arg(mapped, c10::kMeta));
+  }
+  torch::jit::Stack meta_stack = meta_args;
+  try {
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
+  } catch (const std::exception&) {
+    // Data-dependent output, or an error: the CPU kernel gives eager's answer.
+    run_on_host(op, plan, stack, first, index, "data-dependent shape");
+    return;
+  }
+  Metrics::global().add(Counter::LibraryKernels, plan.name);
+
+  // 2. Outputs: arguments written in place take their new geometry; fresh
+  //    outputs are allocated from the meta results.
+  for (size_t i = 0; i < meta_args.size(); ++i) {
+    if (plan.mutable_arg[i] && meta_args[i].isTensor() && (*stack)[first + i].isTensor()) {
+      const at::Tensor& t = (*stack)[first + i].toTensor();
+      if (t.defined() && t.is_privateuseone()) adopt_geometry(t, meta_args[i].toTensor());
+    }
+  }
+  std::vector<c10::IValue> outputs;
+  for (size_t j = 0; j < meta_stack.size(); ++j) {
+    int a = plan.return_alias_arg[j];
+    if (a >= 0) outputs.push_back((*stack)[first + a]);
+    else outputs.push_back(map_tensors(meta_stack[j], [&](const at::Tensor& m) { return empty_like_meta(m, index); }));
+  }
+
+  // 3. The launch: the CPU kernel over aliases of the device memory.
+  AliasSet aliases(c10::DispatchKey::CPU);
+  std::vector<c10::IValue> args = host_arguments(plan, *stack, first, aliases, index, /*snapshot_cpu=*/true);
+  std::vector<c10::IValue> fresh;  // aliases of fresh outputs, by return position (None if aliased)
+  for (size_t j = 0; j < outputs.size(); ++j) {
+    fresh.push_back(plan.return_alias_arg[j] >= 0
+                        ? c10::IValue()
+                        : map_tensors(outputs[j], [&](const at::Tensor& t) { return aliases.alias(t); }));
+  }
+  runtime::Device& dev = device(index);
+  // The out= overload writes straight into the outputs; it cannot take an
+  // undefined output (a gradient the caller did not ask for).
+  bool all_defined = true;
+  for (const auto& o : outputs) {
+    if (o.isTensor() && !o.toTensor().defined()) all_defined = false;
+  }
+  if (plan.out_variant && all_defined) {
+    for (auto& f : fresh) args.push_back(f);
+    enqueue(dev, plan.name, [out_op = *plan.out_variant, args = std::move(args)]() mutable {
+      out_op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &args);
+    });
+  } else {
+    enqueue(dev, plan.name, [op, args = std::move(args), fresh = std::move(fresh)]() mutable {
+      op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &args);
+      for (size_t j = 0; j < fresh.size(); ++j) {
+        copy_into(fresh[j], args[j]);
+      }
+    });
+  }
+  stack->resize(first);
+  for (auto& o : outputs) stack->push_back(std::move(o));
+}
+
+void neuron_library_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+  const OpPlan& plan = plan_for(op);
+  const size_t first = stack->size() - op.schema().arguments().size();
+  with_torch_errors([&] {
+    c10::DeviceIndex index = resolve_device(plan, *stack, first);
+    device(index);  // validates the index (and fork state)
+    switch (plan.path) {
+      case Path::View:
+        run_view(op, plan, stack, first, index);
+        break;
+      case Path::Async:
+        run_async(op, plan, stack, first, index);
+        break;
+      case Path::Host:
+        run_on_host(op, plan, stack, first, index, plan.host_reason);
+        break;
+    }
+  });
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
+  m.fallback(torch::CppFunction::makeFromBoxedFunction<&neuron_library_kernel>());
+}
+
+// Composite ops whose composite kernel would pick a device-specific backend
+// (convolution -> convolution_overrideable, which no device implements). On
+// the device they run whole, as the CPU implementation, like any other op.
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  for (const char* name : {"convolution", "convolution_backward", "_convolution"}) {
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&neuron_library_kernel>());
+  }
+}
+
+}  // namespace kiln::dispatch

@@ -1,0 +1,98 @@
+// kiln._C: what the Python package needs from C++.
+#include <torch/csrc/Generator.h>
+#include <torch/extension.h>
+
+#include <fstream>
+#include <thread>
+
+#include "dispatch/generator.h"
+#include "dispatch/neuron.h"
+
+namespace kiln::dispatch {
+void register_hooks();
+}
+
+namespace {
+
+using namespace kiln;
+using namespace kiln::dispatch;
+
+std::string cpu_model_name() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      auto colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(colon + 2);
+    }
+  }
+  return "host CPU";
+}
+
+py::dict memory_stats(int index) {
+  runtime::MemoryStats s = device(index).memory().stats();
+  py::dict d;
+  d["allocated_bytes"] = s.allocated_bytes;
+  d["reserved_bytes"] = s.reserved_bytes;
+  d["peak_allocated_bytes"] = s.peak_allocated_bytes;
+  d["peak_reserved_bytes"] = s.peak_reserved_bytes;
+  d["allocation_count"] = s.allocation_count;
+  d["free_count"] = s.free_count;
+  d["oom_count"] = s.oom_count;
+  d["capacity_bytes"] = s.capacity_bytes;
+  return d;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "kiln native extension";
+  m.def("_init", [] {
+    initialize();  // raises ValueError for a bad knob
+    register_hooks();
+    return unknown_knob_warnings();
+  });
+  m.def("is_initialized", &is_initialized);
+  m.def("device_name", [] { return settings().device_name; });
+  m.def("device_count", [] { return int(device_count()); });
+  m.def("current_device", [] { return int(current_device()); });
+  m.def("set_device", [](int index) { set_current_device(index); });
+  m.def("synchronize", [](int index) {
+    if (index < 0) {
+      for (c10::DeviceIndex i = 0; i < device_count(); ++i) synchronize(device(i), "synchronize");
+    } else {
+      synchronize(device(index), "synchronize");
+    }
+  }, py::arg("index") = -1);
+  m.def("get_device_name", [](int index) {
+    auto stats = device(index).memory().stats();
+    return "kiln emulated accelerator " + std::to_string(index) + " (host-memory device, " +
+           std::to_string(stats.capacity_bytes >> 20) + " MiB, native code for " + cpu_model_name() + ")";
+  });
+  m.def("memory_stats", &memory_stats, py::arg("index"));
+  m.def("reset_peak_memory_stats", [](int index) { device(index).memory().reset_peak_stats(); });
+  m.def("empty_cache", [] {
+    for (c10::DeviceIndex i = 0; i < device_count(); ++i) {
+      synchronize(device(i), "empty_cache");
+      device(i).memory().empty_cache();
+    }
+  });
+  m.def("default_generator", [](int index) {
+    return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(default_generator(index)));
+  });
+  m.def("is_in_bad_fork", &in_bad_fork);
+  m.def("launch_blocking", [] { return settings().launch_blocking; });
+  m.def("metrics_report", [] { return Metrics::global().report(); });
+  m.def("metrics_counters", [] { return Metrics::global().snapshot(); });
+  m.def("metrics_reset", [] { Metrics::global().reset(); });
+  m.def("metrics_at_exit", [] { return settings().metrics_at_exit; });
+  m.def("knobs", [] {
+    py::list rows;
+    for (auto& [spec, value] : describe_knobs()) {
+      rows.append(py::make_tuple(spec->name, value.value, value.source, spec->default_value,
+                                 accepted_values(*spec), spec->help));
+    }
+    return rows;
+  });
+  m.def("knobs_markdown", &knobs_markdown);
+}

@@ -1,0 +1,116 @@
+// Start-up: knobs, the runtime, fork safety, and the device-wide helpers of neuron.h.
+#include <Python.h>
+#include <pthread.h>
+
+#include <atomic>
+#include <iostream>
+#include <mutex>
+
+#include "dispatch/neuron.h"
+
+namespace kiln::dispatch {
+
+namespace {
+std::atomic<bool> g_initialized{false};
+std::atomic<bool> g_bad_fork{false};
+Settings g_settings;
+std::mutex g_init_mu;
+thread_local c10::DeviceIndex t_current_device = 0;
+
+void mark_bad_fork() { g_bad_fork.store(true); }
+}  // namespace
+
+void initialize() {
+  std::lock_guard<std::mutex> lock(g_init_mu);
+  if (g_initialized.load()) return;
+  g_settings = parse_settings();  // throws KnobError
+  runtime::RuntimeOptions opts;
+  opts.device_count = g_settings.device_count;
+  opts.capacity_bytes = static_cast<size_t>(g_settings.device_memory_mb) << 20;
+  opts.launch_blocking = g_settings.launch_blocking;
+  runtime::Runtime::init(opts);
+  pthread_atfork(nullptr, nullptr, &mark_bad_fork);
+  g_initialized.store(true);
+}
+
+bool is_initialized() { return g_initialized.load(std::memory_order_acquire); }
+
+const Settings& settings() { return g_settings; }
+
+bool in_bad_fork() { return g_bad_fork.load(std::memory_order_relaxed); }
+
+std::string device_string(c10::DeviceIndex index) {
+  return g_settings.device_name + ":" + std::to_string(index);
+}
+
+c10::DeviceIndex device_count() {
+  return is_initialized() ? static_cast<c10::DeviceIndex>(g_settings.device_count) : 0;
+}
+
+c10::DeviceIndex current_device() { return t_current_device; }
+
+runtime::Device& device(c10::DeviceIndex index) {
+  TORCH_CHECK(is_initialized(), "kiln is not initialized: import kiln (or torch with autoload on) first");
+  TORCH_CHECK(!in_bad_fork(),
+              "Cannot use the ", g_settings.device_name,
+              " device in a forked subprocess: kiln's device queues do not survive fork. "
+              "Use the 'spawn' start method (e.g. DataLoader(multiprocessing_context='spawn')).");
+  if (index < 0) index = t_current_device;
+  TORCH_CHECK_INDEX(index < g_settings.device_count, device_string(index),
+                    " is not a valid device: ", g_settings.device_count, " device(s) exist, valid are ",
+                    g_settings.device_name, ":0..", g_settings.device_name, ":", g_settings.device_count - 1,
+                    " (KILN_DEVICE_COUNT sets how many)");
+  return runtime::Runtime::get().device(index);
+}
+
+void set_current_device(c10::DeviceIndex index) {
+  device(index);  // validates
+  t_current_device = index;
+}
+
+void rethrow_as_torch_error(const std::exception& e) {
+  if (dynamic_cast<const runtime::OutOfMemoryError*>(&e) != nullptr) {
+    TORCH_CHECK_WITH(OutOfMemoryError, false, e.what());
+  }
+  TORCH_CHECK(false, e.what());
+}
+
+void synchronize(runtime::Device& dev, std::string_view reason) {
+  Metrics::global().add(Counter::SyncPoints, reason);
+  auto& queue = dev.queue();
+  if (!queue.idle()) {
+    // A launch may need the GIL (a Python-registered kernel): never wait holding it.
+    PyThreadState* saved = nullptr;
+    if (Py_IsInitialized() && PyGILState_Check()) saved = PyEval_SaveThread();
+    queue.wait_for(queue.submitted());
+    if (saved != nullptr) PyEval_RestoreThread(saved);
+  }
+  with_torch_errors([&] {
+    try {
+      queue.raise_pending_error();
+    } catch (const runtime::LaunchError& e) {
+      Metrics::global().add(Counter::Errors, e.launch_name);
+      throw;
+    }
+  });
+}
+
+void enqueue(runtime::Device& dev, std::string_view name, runtime::LaunchQueue::Work work) {
+  Metrics::global().add(Counter::Launches, name);
+  dev.queue().submit(std::string(name), [work = std::move(work)]() mutable {
+    try {
+      work();
+    } catch (const c10::Error& e) {
+      // The runtime reports what() of the exception: drop c10's C++ backtrace.
+      throw std::runtime_error(e.what_without_backtrace());
+    }
+  });
+  if (dev.launch_blocking()) synchronize(dev, "launch blocking");
+}
+
+void log(const char* channel, const std::string& message) {
+  if (!g_settings.log_enabled(channel)) return;
+  std::cerr << "[kiln:" << channel << "] " << message << std::endl;
+}
+
+}  // namespace kiln::dispatch

@@ -1,0 +1,116 @@
+// Device memory pool: a capacity-bounded caching allocator.
+#include <cstdint>
+#include <cstdlib>
+#include <sstream>
+
+#include "kiln/runtime.h"
+
+namespace kiln::runtime {
+
+namespace {
+std::string oom_message(int device, size_t requested, size_t free_bytes, size_t capacity) {
+  std::ostringstream os;
+  os << "kiln device " << device << " is out of memory: tried to allocate " << requested
+     << " bytes (" << (requested >> 20) << " MiB) with " << free_bytes << " bytes ("
+     << (free_bytes >> 20) << " MiB) free of a capacity of " << capacity << " bytes ("
+     << (capacity >> 20) << " MiB). Free tensors or raise KILN_DEVICE_MEMORY_MB.";
+  return os.str();
+}
+size_t round_up(size_t bytes) {
+  size_t g = MemoryPool::kGranularity;
+  // Saturate instead of wrapping to 0 for requests near SIZE_MAX: such a size
+  // can never fit, and must fail the capacity check rather than pass it.
+  if (bytes > SIZE_MAX - (g - 1)) return SIZE_MAX / g * g;
+  return bytes == 0 ? g : (bytes + g - 1) / g * g;
+}
+}  // namespace
+
+OutOfMemoryError::OutOfMemoryError(int device, size_t requested, size_t free_bytes, size_t capacity)
+    : std::runtime_error(oom_message(device, requested, free_bytes, capacity)),
+      device(device), requested(requested), free_bytes(free_bytes), capacity(capacity) {}
+
+MemoryPool::MemoryPool(int device, size_t capacity_bytes) : device_(device), capacity_(capacity_bytes) {
+  stats_.capacity_bytes = static_cast<int64_t>(capacity_bytes);
+}
+
+MemoryPool::~MemoryPool() {
+  std::lock_guard<std::mutex> lock(mu_);
+  release_cached_locked();
+  for (auto& [ptr, size] : live_) std::free(ptr);
+}
+
+void* MemoryPool::allocate(size_t bytes) {
+  const size_t size = round_up(bytes);
+  std::lock_guard<std::mutex> lock(mu_);
+  void* ptr = nullptr;
+  auto it = cached_.find(size);
+  if (it != cached_.end() && !it->second.empty()) {
+    ptr = it->second.back();
+    it->second.pop_back();
+  } else {
+    // reserved <= capacity always holds; compare without risking overflow.
+    if (size > capacity_ - static_cast<size_t>(stats_.reserved_bytes)) release_cached_locked();
+    if (size > capacity_ - static_cast<size_t>(stats_.reserved_bytes)) {
+      stats_.oom_count++;
+      throw OutOfMemoryError(device_, bytes, capacity_ - stats_.allocated_bytes, capacity_);
+    }
+    ptr = std::aligned_alloc(kAlignment, size);
+    if (ptr == nullptr) {
+      stats_.oom_count++;
+      throw OutOfMemoryError(device_, bytes, capacity_ - stats_.allocated_bytes, capacity_);
+    }
+    stats_.reserved_bytes += size;
+    stats_.peak_reserved_bytes = std::max(stats_.peak_reserved_bytes, stats_.reserved_bytes);
+  }
+  live_.emplace(ptr, size);
+  stats_.allocated_bytes += size;
+  stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
+  stats_.allocation_count++;
+  return ptr;
+}
+
+void MemoryPool::free(void* ptr) {
+  if (ptr == nullptr) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = live_.find(ptr);
+  if (it == live_.end()) {
+    throw std::invalid_argument("kiln device " + std::to_string(device_) +
+                                ": free of a pointer this pool did not allocate");
+  }
+  const size_t size = it->second;
+  live_.erase(it);
+  stats_.allocated_bytes -= size;
+  stats_.free_count++;
+  cached_[size].push_back(ptr);
+}
+
+void MemoryPool::release_cached_locked() {
+  for (auto& [size, blocks] : cached_) {
+    for (void* p : blocks) std::free(p);
+    stats_.reserved_bytes -= static_cast<int64_t>(size * blocks.size());
+  }
+  cached_.clear();
+}
+
+void MemoryPool::empty_cache() {
+  std::lock_guard<std::mutex> lock(mu_);
+  release_cached_locked();
+}
+
+bool MemoryPool::owns(const void* ptr) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return live_.count(const_cast<void*>(ptr)) != 0;
+}
+
+MemoryStats MemoryPool::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+void MemoryPool::reset_peak_stats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.peak_allocated_bytes = stats_.allocated_bytes;
+  stats_.peak_reserved_bytes = stats_.reserved_bytes;
+}
+
+}  // namespace kiln::runtime

@@ -1,0 +1,234 @@
+// Knob table, parsing and validation. See include/kiln/knobs.h.
+#include "kiln/knobs.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <sstream>
+#include <stdexcept>
+
+extern char** environ;
+
+namespace kiln {
+
+const std::vector<KnobSpec>& knob_table() {
+  static const std::vector<KnobSpec> table = {
+      {"KILN_DEVICE_NAME", KnobKind::Text, "neuron",
+       "Name the device registers under (torch.device('<name>'), torch.<name>, Tensor.<name>())."},
+      {"KILN_DEVICE_COUNT", KnobKind::Integer, "2", "Number of emulated devices.", 1, 16},
+      {"KILN_DEVICE_MEMORY_MB", KnobKind::Integer, "auto",
+       "Capacity of each device's memory pool in MiB; auto = a quarter of the machine's RAM.", 1,
+       int64_t(1) << 30, {}, "auto"},
+      {"KILN_LAUNCH_BLOCKING", KnobKind::Boolean, "0",
+       "1: wait for every launch, so a failing op raises at the op instead of at the next sync."},
+      {"KILN_FALLBACK", KnobKind::Choice, "warn",
+       "What a host fallback does: warn once per op, raise an error, or stay silent.", 0, 0,
+       {"warn", "error", "silent"}},
+      {"KILN_METRICS", KnobKind::Boolean, "0", "1: print kiln's metrics report when the process exits."},
+      {"KILN_LOG", KnobKind::ChoiceList, "",
+       "Comma-separated log channels printed to stderr.", 0, 0,
+       {"runtime", "dispatch", "fallback", "all"}},
+  };
+  return table;
+}
+
+const KnobSpec* find_knob(const std::string& name) {
+  for (const auto& k : knob_table()) {
+    if (name == k.name) return &k;
+  }
+  return nullptr;
+}
+
+namespace {
+
+std::string join(const std::vector<std::string>& items, const char* sep) {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) out += (i ? sep : "") + items[i];
+  return out;
+}
+
+std::map<std::string, std::string> process_env() {
+  std::map<std::string, std::string> env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    std::string kv(*e);
+    auto eq = kv.find('=');
+    if (eq == std::string::npos) continue;
+    std::string key = kv.substr(0, eq);
+    if (key.rfind("KILN_", 0) == 0) env.emplace(key, kv.substr(eq + 1));
+  }
+  return env;
+}
+
+std::map<std::string, std::string> env_or_process(
+    const std::optional<std::map<std::string, std::string>>& env) {
+  return env ? *env : process_env();
+}
+
+std::optional<int64_t> parse_int(const std::string& s) {
+  if (s.empty() || s.size() > 19) return std::nullopt;
+  size_t i = (s[0] == '-' || s[0] == '+') ? 1 : 0;
+  if (i == s.size()) return std::nullopt;
+  for (size_t j = i; j < s.size(); ++j) {
+    if (s[j] < '0' || s[j] > '9') return std::nullopt;
+  }
+  try {
+    return std::stoll(s);
+  } catch (const std::out_of_range&) {  // 19 digits can exceed int64_t
+    return std::nullopt;
+  }
+}
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+// Validates `value` against `spec`; throws KnobError.
+void validate(const KnobSpec& spec, const std::string& value) {
+  switch (spec.kind) {
+    case KnobKind::Integer: {
+      if (spec.special != nullptr && value == spec.special) return;
+      auto v = parse_int(value);
+      if (!v || *v < spec.min || *v > spec.max) throw KnobError(spec, value);
+      return;
+    }
+    case KnobKind::Boolean:
+      if (value != "0" && value != "1") throw KnobError(spec, value);
+      return;
+    case KnobKind::Choice:
+      if (std::find(spec.choices.begin(), spec.choices.end(), value) == spec.choices.end())
+        throw KnobError(spec, value);
+      return;
+    case KnobKind::ChoiceList:
+      for (const auto& item : split_list(value)) {
+        if (std::find(spec.choices.begin(), spec.choices.end(), item) == spec.choices.end())
+          throw KnobError(spec, value);
+      }
+      return;
+    case KnobKind::Text: {
+      bool ok = !value.empty() && std::all_of(value.begin(), value.end(), [](char c) {
+        return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
+      });
+      if (!ok || !(value[0] >= 'a' && value[0] <= 'z')) throw KnobError(spec, value);
+      return;
+    }
+  }
+}
+
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + (a[i - 1] != b[j - 1])});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+}  // namespace
+
+std::string accepted_values(const KnobSpec& spec) {
+  switch (spec.kind) {
+    case KnobKind::Integer: {
+      std::string s = "an integer in " + std::to_string(spec.min) + ".." + std::to_string(spec.max);
+      if (spec.special != nullptr) s += " or '" + std::string(spec.special) + "'";
+      return s;
+    }
+    case KnobKind::Boolean:
+      return "0 or 1";
+    case KnobKind::Choice:
+      return "one of " + join(spec.choices, ", ");
+    case KnobKind::ChoiceList:
+      return "a comma-separated list of " + join(spec.choices, ", ") + " (or empty)";
+    case KnobKind::Text:
+      return "a lower-case identifier ([a-z][a-z0-9_]*)";
+  }
+  return "";
+}
+
+KnobError::KnobError(const KnobSpec& spec, const std::string& value)
+    : std::invalid_argument(std::string("kiln: invalid value for ") + spec.name + ": '" + value +
+                            "'; accepted: " + accepted_values(spec) + " (default " +
+                            (*spec.default_value ? spec.default_value : "empty") + ")") {}
+
+int64_t auto_device_memory_mb() {
+  long pages = sysconf(_SC_PHYS_PAGES);
+  long page_size = sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page_size <= 0) return 4096;
+  return std::max<int64_t>(256, (int64_t(pages) * page_size >> 20) / 4);
+}
+
+std::vector<std::pair<const KnobSpec*, KnobValue>> describe_knobs(
+    const std::optional<std::map<std::string, std::string>>& env) {
+  auto vars = env_or_process(env);
+  std::vector<std::pair<const KnobSpec*, KnobValue>> out;
+  for (const auto& k : knob_table()) {
+    auto it = vars.find(k.name);
+    if (it != vars.end()) out.push_back({&k, {it->second, "environment"}});
+    else out.push_back({&k, {k.default_value, "default"}});
+  }
+  return out;
+}
+
+Settings parse_settings(const std::optional<std::map<std::string, std::string>>& env) {
+  std::map<std::string, std::string> values;
+  for (auto& [spec, v] : describe_knobs(env)) {
+    validate(*spec, v.value);
+    values[spec->name] = v.value;
+  }
+  Settings s;
+  s.device_name = values["KILN_DEVICE_NAME"];
+  s.device_count = static_cast<int>(*parse_int(values["KILN_DEVICE_COUNT"]));
+  const std::string& mem = values["KILN_DEVICE_MEMORY_MB"];
+  s.device_memory_mb = mem == "auto" ? auto_device_memory_mb() : *parse_int(mem);
+  s.launch_blocking = values["KILN_LAUNCH_BLOCKING"] == "1";
+  const std::string& fb = values["KILN_FALLBACK"];
+  s.fallback = fb == "error" ? FallbackPolicy::Error : fb == "silent" ? FallbackPolicy::Silent : FallbackPolicy::Warn;
+  s.metrics_at_exit = values["KILN_METRICS"] == "1";
+  for (const auto& c : split_list(values["KILN_LOG"])) s.log.insert(c);
+  return s;
+}
+
+std::vector<std::string> unknown_knob_warnings(const std::optional<std::map<std::string, std::string>>& env) {
+  std::vector<std::string> warnings;
+  for (const auto& [name, value] : env_or_process(env)) {
+    if (name.rfind("KILN_", 0) != 0 || find_knob(name) != nullptr) continue;
+    const KnobSpec* best = nullptr;
+    size_t best_d = SIZE_MAX;
+    for (const auto& k : knob_table()) {
+      size_t d = edit_distance(name, k.name);
+      if (d < best_d) best_d = d, best = &k;
+    }
+    std::string msg = "kiln: unknown environment variable " + name + " is ignored";
+    if (best != nullptr) msg += "; did you mean " + std::string(best->name) + "?";
+    warnings.push_back(msg);
+  }
+  return warnings;
+}
+
+std::string knobs_markdown() {
+  std::ostringstream os;
+  os << "# Knobs\n\n"
+     << "Generated from the knob table (`src/support/knobs.cpp`) by `python -m kiln knobs --markdown`;\n"
+     << "`make test` fails when this file is stale. Every knob is read once, when kiln loads;\n"
+     << "a value outside what is accepted fails the import with a message naming the variable.\n\n"
+     << "| variable | default | accepted | what it does |\n|---|---|---|---|\n";
+  for (const auto& k : knob_table()) {
+    os << "| `" << k.name << "` | " << (*k.default_value ? "`" + std::string(k.default_value) + "`" : "(empty)")
+       << " | " << accepted_values(k) << " | " << k.help << " |\n";
+  }
+  return os.str();
+}
+
+}  // namespace kiln

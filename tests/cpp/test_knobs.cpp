@@ -1,0 +1,242 @@
+// Knob table: parsing, validation messages, warnings and generated docs.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kiln/knobs.h"
+
+using kiln::FallbackPolicy;
+using kiln::KnobError;
+using kiln::Settings;
+
+namespace {
+
+using Env = std::map<std::string, std::string>;
+
+const std::vector<std::string> kAllKnobs = {
+    "KILN_DEVICE_NAME", "KILN_DEVICE_COUNT", "KILN_DEVICE_MEMORY_MB", "KILN_LAUNCH_BLOCKING",
+    "KILN_FALLBACK",    "KILN_METRICS",      "KILN_LOG",
+};
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+// Parses {name: value} and expects a KnobError naming the variable, the value
+// and what the knob accepts.
+void expect_knob_error(const std::string& name, const std::string& value) {
+  SCOPED_TRACE(name + "=" + value);
+  const kiln::KnobSpec* spec = kiln::find_knob(name);
+  ASSERT_NE(spec, nullptr);
+  try {
+    kiln::parse_settings(Env{{name, value}});
+    ADD_FAILURE() << "expected KnobError";
+  } catch (const KnobError& e) {
+    const std::string msg = e.what();
+    EXPECT_TRUE(contains(msg, name)) << msg;
+    EXPECT_TRUE(contains(msg, "'" + value + "'")) << msg;
+    const std::string accepted = kiln::accepted_values(*spec);
+    EXPECT_FALSE(accepted.empty());
+    EXPECT_TRUE(contains(msg, accepted)) << msg;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected KnobError, got another exception: " << e.what();
+  }
+}
+
+TEST(Knobs, TableHasEveryKnobOnce) {
+  const auto& table = kiln::knob_table();
+  ASSERT_EQ(table.size(), kAllKnobs.size());
+  std::set<std::string> names;
+  for (const auto& k : table) names.insert(k.name);
+  EXPECT_EQ(names, std::set<std::string>(kAllKnobs.begin(), kAllKnobs.end()));
+  for (const auto& name : kAllKnobs) {
+    const kiln::KnobSpec* spec = kiln::find_knob(name);
+    ASSERT_NE(spec, nullptr) << name;
+    EXPECT_EQ(std::string(spec->name), name);
+  }
+  EXPECT_EQ(kiln::find_knob("KILN_NOPE"), nullptr);
+  EXPECT_EQ(kiln::find_knob(""), nullptr);
+}
+
+TEST(Knobs, DefaultsWithAnEmptyEnvironment) {
+  Settings s = kiln::parse_settings(Env{});
+  EXPECT_EQ(s.device_name, "neuron");
+  EXPECT_EQ(s.device_count, 2);
+  EXPECT_EQ(s.device_memory_mb, kiln::auto_device_memory_mb());
+  EXPECT_GE(s.device_memory_mb, 256);
+  EXPECT_FALSE(s.launch_blocking);
+  EXPECT_EQ(s.fallback, FallbackPolicy::Warn);
+  EXPECT_FALSE(s.metrics_at_exit);
+  EXPECT_TRUE(s.log.empty());
+  EXPECT_FALSE(s.log_enabled("runtime"));
+}
+
+TEST(Knobs, ExplicitEnvironmentIgnoresTheProcessEnvironment) {
+  const char* old = std::getenv("KILN_DEVICE_COUNT");
+  std::optional<std::string> saved = old ? std::optional<std::string>(old) : std::nullopt;
+  ASSERT_EQ(setenv("KILN_DEVICE_COUNT", "abc", 1), 0);
+  EXPECT_NO_THROW(kiln::parse_settings(Env{}));
+  EXPECT_THROW(kiln::parse_settings(std::nullopt), KnobError);
+  ASSERT_EQ(setenv("KILN_DEVICE_COUNT", "5", 1), 0);
+  EXPECT_EQ(kiln::parse_settings(std::nullopt).device_count, 5);
+  EXPECT_EQ(kiln::parse_settings(Env{}).device_count, 2);
+  if (saved) setenv("KILN_DEVICE_COUNT", saved->c_str(), 1);
+  else unsetenv("KILN_DEVICE_COUNT");
+}
+
+TEST(Knobs, InvalidDeviceCount) {
+  for (const char* v : {"abc", "0", "-1", "17", "", "2.5", " 2", "1e3", "+", "-",
+                        "9999999999999999999", "99999999999999999999"}) {
+    expect_knob_error("KILN_DEVICE_COUNT", v);
+  }
+}
+
+TEST(Knobs, InvalidLaunchBlocking) {
+  for (const char* v : {"2", "yes", "true", "", "01"}) expect_knob_error("KILN_LAUNCH_BLOCKING", v);
+}
+
+TEST(Knobs, InvalidFallback) {
+  for (const char* v : {"loud", "WARN", ""}) expect_knob_error("KILN_FALLBACK", v);
+}
+
+TEST(Knobs, InvalidLog) {
+  for (const char* v : {"bogus", "runtime,bogus", "Runtime"}) expect_knob_error("KILN_LOG", v);
+}
+
+TEST(Knobs, InvalidDeviceMemory) {
+  for (const char* v : {"0", "abc", "-5", "AUTO", "", "1073741825"}) {
+    expect_knob_error("KILN_DEVICE_MEMORY_MB", v);
+  }
+}
+
+TEST(Knobs, InvalidDeviceName) {
+  for (const char* v : {"Bad-Name", "", "1abc", "my dev", "Neuron", "_x"}) {
+    expect_knob_error("KILN_DEVICE_NAME", v);
+  }
+}
+
+TEST(Knobs, InvalidMetrics) {
+  for (const char* v : {"x", "2", ""}) expect_knob_error("KILN_METRICS", v);
+}
+
+TEST(Knobs, ErrorMessageShowsTheDefault) {
+  try {
+    kiln::parse_settings(Env{{"KILN_DEVICE_COUNT", "abc"}});
+    FAIL() << "expected KnobError";
+  } catch (const KnobError& e) {
+    const std::string msg = e.what();
+    EXPECT_TRUE(contains(msg, "1..16")) << msg;
+    EXPECT_TRUE(contains(msg, "default 2")) << msg;
+  }
+}
+
+TEST(Knobs, ValidValuesParse) {
+  Settings s = kiln::parse_settings(Env{
+      {"KILN_DEVICE_NAME", "my_dev2"},
+      {"KILN_DEVICE_COUNT", "16"},
+      {"KILN_DEVICE_MEMORY_MB", "512"},
+      {"KILN_LAUNCH_BLOCKING", "1"},
+      {"KILN_FALLBACK", "error"},
+      {"KILN_METRICS", "1"},
+      {"KILN_LOG", "runtime,dispatch"},
+  });
+  EXPECT_EQ(s.device_name, "my_dev2");
+  EXPECT_EQ(s.device_count, 16);
+  EXPECT_EQ(s.device_memory_mb, 512);
+  EXPECT_TRUE(s.launch_blocking);
+  EXPECT_EQ(s.fallback, FallbackPolicy::Error);
+  EXPECT_TRUE(s.metrics_at_exit);
+  EXPECT_EQ(s.log, (std::set<std::string>{"runtime", "dispatch"}));
+  EXPECT_TRUE(s.log_enabled("runtime"));
+  EXPECT_TRUE(s.log_enabled("dispatch"));
+  EXPECT_FALSE(s.log_enabled("fallback"));
+}
+
+TEST(Knobs, MoreValidValues) {
+  EXPECT_EQ(kiln::parse_settings(Env{{"KILN_DEVICE_MEMORY_MB", "auto"}}).device_memory_mb,
+            kiln::auto_device_memory_mb());
+  EXPECT_EQ(kiln::parse_settings(Env{{"KILN_DEVICE_MEMORY_MB", "1"}}).device_memory_mb, 1);
+  EXPECT_EQ(kiln::parse_settings(Env{{"KILN_DEVICE_COUNT", "1"}}).device_count, 1);
+  EXPECT_EQ(kiln::parse_settings(Env{{"KILN_FALLBACK", "silent"}}).fallback, FallbackPolicy::Silent);
+  EXPECT_EQ(kiln::parse_settings(Env{{"KILN_FALLBACK", "warn"}}).fallback, FallbackPolicy::Warn);
+  EXPECT_FALSE(kiln::parse_settings(Env{{"KILN_LAUNCH_BLOCKING", "0"}}).launch_blocking);
+
+  Settings spaced = kiln::parse_settings(Env{{"KILN_LOG", " runtime , fallback ,"}});
+  EXPECT_EQ(spaced.log, (std::set<std::string>{"runtime", "fallback"}));
+  Settings all = kiln::parse_settings(Env{{"KILN_LOG", "all"}});
+  EXPECT_TRUE(all.log_enabled("dispatch"));
+  EXPECT_TRUE(all.log_enabled("anything"));
+  EXPECT_TRUE(kiln::parse_settings(Env{{"KILN_LOG", ""}}).log.empty());
+}
+
+TEST(Knobs, UnknownKnobWarningsNameTheClosestKnob) {
+  auto warnings = kiln::unknown_knob_warnings(Env{
+      {"KILN_DEVICE_CONT", "2"},
+      {"KILN_DEVICE_COUNT", "2"},  // a real knob: no warning
+      {"PATH", "/bin"},            // not kiln's: no warning
+  });
+  ASSERT_EQ(warnings.size(), 1u);
+  EXPECT_TRUE(contains(warnings[0], "KILN_DEVICE_CONT ")) << warnings[0];
+  EXPECT_TRUE(contains(warnings[0], "did you mean KILN_DEVICE_COUNT?")) << warnings[0];
+
+  auto w2 = kiln::unknown_knob_warnings(Env{{"KILN_LOGS", "runtime"}});
+  ASSERT_EQ(w2.size(), 1u);
+  EXPECT_TRUE(contains(w2[0], "did you mean KILN_LOG?")) << w2[0];
+
+  auto w3 = kiln::unknown_knob_warnings(Env{{"KILN_LAUNCH_BLOCK", "1"}});
+  ASSERT_EQ(w3.size(), 1u);
+  EXPECT_TRUE(contains(w3[0], "did you mean KILN_LAUNCH_BLOCKING?")) << w3[0];
+
+  EXPECT_TRUE(kiln::unknown_knob_warnings(Env{}).empty());
+  Env all_known;
+  for (const auto& k : kAllKnobs) all_known[k] = "x";
+  EXPECT_TRUE(kiln::unknown_knob_warnings(all_known).empty());
+}
+
+TEST(Knobs, MarkdownContainsEveryKnob) {
+  const std::string md = kiln::knobs_markdown();
+  EXPECT_TRUE(contains(md, "# Knobs"));
+  for (const auto& k : kiln::knob_table()) {
+    EXPECT_TRUE(contains(md, std::string("`") + k.name + "`")) << k.name;
+    EXPECT_TRUE(contains(md, kiln::accepted_values(k))) << k.name;
+    EXPECT_TRUE(contains(md, k.help)) << k.name;
+  }
+}
+
+TEST(Knobs, DescribeKnobsReportsSource) {
+  auto described = kiln::describe_knobs(Env{{"KILN_DEVICE_COUNT", "4"}, {"KILN_LOG", "bogus"}});
+  ASSERT_EQ(described.size(), kAllKnobs.size());
+  for (const auto& [spec, value] : described) {
+    const std::string name = spec->name;
+    if (name == "KILN_DEVICE_COUNT") {
+      EXPECT_EQ(value.source, "environment");
+      EXPECT_EQ(value.value, "4");
+    } else if (name == "KILN_LOG") {
+      // describe_knobs does not validate.
+      EXPECT_EQ(value.source, "environment");
+      EXPECT_EQ(value.value, "bogus");
+    } else {
+      EXPECT_EQ(value.source, "default") << name;
+      EXPECT_EQ(value.value, spec->default_value) << name;
+    }
+  }
+  // Table order is kept.
+  for (size_t i = 0; i < described.size(); ++i) {
+    EXPECT_EQ(described[i].first, &kiln::knob_table()[i]);
+  }
+}
+
+TEST(Knobs, AcceptedValuesDescriptions) {
+  EXPECT_EQ(kiln::accepted_values(*kiln::find_knob("KILN_DEVICE_COUNT")), "an integer in 1..16");
+  EXPECT_EQ(kiln::accepted_values(*kiln::find_knob("KILN_LAUNCH_BLOCKING")), "0 or 1");
+  EXPECT_TRUE(contains(kiln::accepted_values(*kiln::find_knob("KILN_DEVICE_MEMORY_MB")), "'auto'"));
+  EXPECT_EQ(kiln::accepted_values(*kiln::find_knob("KILN_FALLBACK")), "one of warn, error, silent");
+}
+
+}  // namespace

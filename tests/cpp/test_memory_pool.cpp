@@ -1,0 +1,252 @@
+// MemoryPool: accounting, caching, alignment, capacity and OOM reporting.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "kiln/runtime.h"
+
+using kiln::runtime::MemoryPool;
+using kiln::runtime::MemoryStats;
+using kiln::runtime::OutOfMemoryError;
+
+namespace {
+
+constexpr size_t kG = MemoryPool::kGranularity;
+
+TEST(MemoryPool, FreshPoolHasZeroStatsAndCapacity) {
+  MemoryPool pool(0, 1 << 20);
+  MemoryStats s = pool.stats();
+  EXPECT_EQ(s.allocated_bytes, 0);
+  EXPECT_EQ(s.reserved_bytes, 0);
+  EXPECT_EQ(s.peak_allocated_bytes, 0);
+  EXPECT_EQ(s.peak_reserved_bytes, 0);
+  EXPECT_EQ(s.allocation_count, 0);
+  EXPECT_EQ(s.free_count, 0);
+  EXPECT_EQ(s.oom_count, 0);
+  EXPECT_EQ(s.capacity_bytes, 1 << 20);
+  EXPECT_EQ(pool.capacity(), size_t(1) << 20);
+}
+
+TEST(MemoryPool, AllocationAccountingRoundsToGranularity) {
+  MemoryPool pool(0, 1 << 20);
+  void* a = pool.allocate(100);       // -> 512
+  void* b = pool.allocate(kG);        // -> 512
+  void* c = pool.allocate(kG + 1);    // -> 1024
+  void* d = pool.allocate(0);         // -> 512 (zero still gets a distinct block)
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  ASSERT_NE(c, nullptr);
+  ASSERT_NE(d, nullptr);
+  std::set<void*> distinct{a, b, c, d};
+  EXPECT_EQ(distinct.size(), 4u);
+
+  MemoryStats s = pool.stats();
+  EXPECT_EQ(s.allocated_bytes, int64_t(5 * kG));
+  EXPECT_EQ(s.reserved_bytes, int64_t(5 * kG));
+  EXPECT_EQ(s.peak_allocated_bytes, int64_t(5 * kG));
+  EXPECT_EQ(s.peak_reserved_bytes, int64_t(5 * kG));
+  EXPECT_EQ(s.allocation_count, 4);
+  EXPECT_EQ(s.free_count, 0);
+  EXPECT_TRUE(pool.owns(a) && pool.owns(b) && pool.owns(c) && pool.owns(d));
+
+  pool.free(c);
+  s = pool.stats();
+  EXPECT_EQ(s.allocated_bytes, int64_t(3 * kG));
+  EXPECT_EQ(s.reserved_bytes, int64_t(5 * kG));  // cached, not released
+  EXPECT_EQ(s.peak_allocated_bytes, int64_t(5 * kG));
+  EXPECT_EQ(s.free_count, 1);
+  EXPECT_FALSE(pool.owns(c));
+
+  pool.free(a);
+  pool.free(b);
+  pool.free(d);
+  s = pool.stats();
+  EXPECT_EQ(s.allocated_bytes, 0);
+  EXPECT_EQ(s.reserved_bytes, int64_t(5 * kG));
+  EXPECT_EQ(s.allocation_count, 4);
+  EXPECT_EQ(s.free_count, 4);
+}
+
+TEST(MemoryPool, FreeOfNullIsANoOp) {
+  MemoryPool pool(0, 1 << 20);
+  pool.free(nullptr);
+  EXPECT_EQ(pool.stats().free_count, 0);
+}
+
+TEST(MemoryPool, ReusesCachedBlockOfSameRoundedSize) {
+  MemoryPool pool(0, 1 << 20);
+  void* a = pool.allocate(1000);  // rounds to 1024
+  pool.free(a);
+  void* b = pool.allocate(1024);  // same rounded size: the cached block comes back
+  EXPECT_EQ(a, b);
+  MemoryStats s = pool.stats();
+  EXPECT_EQ(s.reserved_bytes, 1024);  // no new reservation
+  EXPECT_EQ(s.allocated_bytes, 1024);
+  EXPECT_EQ(s.allocation_count, 2);
+
+  // A different rounded size does not take the cached block.
+  pool.free(b);
+  void* c = pool.allocate(2048);
+  EXPECT_NE(c, b);
+  EXPECT_EQ(pool.stats().reserved_bytes, 1024 + 2048);
+  pool.free(c);
+}
+
+TEST(MemoryPool, BlocksAre64ByteAlignedAndWritable) {
+  MemoryPool pool(0, 8 << 20);
+  std::vector<void*> ptrs;
+  for (size_t bytes : {1, 7, 63, 64, 65, 511, 512, 513, 4096, 100000}) {
+    void* p = pool.allocate(bytes);
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % MemoryPool::kAlignment, 0u) << "bytes=" << bytes;
+    std::memset(p, 0xAB, bytes);
+    ptrs.push_back(p);
+  }
+  for (void* p : ptrs) pool.free(p);
+}
+
+TEST(MemoryPool, CapacityLimitThrowsOutOfMemoryNamingTheNumbers) {
+  const size_t cap = 64 * 1024;
+  MemoryPool pool(3, cap);
+  void* a = pool.allocate(40 * 1024);
+  const size_t want = 32 * 1024;
+  try {
+    pool.allocate(want);
+    FAIL() << "expected OutOfMemoryError";
+  } catch (const OutOfMemoryError& e) {
+    EXPECT_EQ(e.device, 3);
+    EXPECT_EQ(e.requested, want);
+    EXPECT_EQ(e.free_bytes, size_t(24 * 1024));
+    EXPECT_EQ(e.capacity, cap);
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("device 3"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(std::to_string(want)), std::string::npos) << msg;
+    EXPECT_NE(msg.find(std::to_string(24 * 1024)), std::string::npos) << msg;
+    EXPECT_NE(msg.find(std::to_string(cap)), std::string::npos) << msg;
+  }
+  EXPECT_EQ(pool.stats().oom_count, 1);
+  pool.free(a);
+}
+
+TEST(MemoryPool, OutOfMemoryIsARuntimeError) {
+  MemoryPool pool(0, 4096);
+  EXPECT_THROW(pool.allocate(8192), std::runtime_error);
+}
+
+TEST(MemoryPool, HugeRequestsThrowOutOfMemoryInsteadOfWrapping) {
+  // Rounding a request near SIZE_MAX up to the granularity must not wrap to a
+  // tiny block, and reserved + size must not overflow the capacity check.
+  MemoryPool pool(0, 1 << 20);
+  void* a = pool.allocate(4096);
+  const size_t max = std::numeric_limits<size_t>::max();
+  for (size_t bytes : {max, max - 1, max - kG + 2, max - 1000, max / 2}) {
+    EXPECT_THROW(pool.allocate(bytes), OutOfMemoryError) << "bytes=" << bytes;
+  }
+  MemoryStats s = pool.stats();
+  EXPECT_EQ(s.allocation_count, 1);
+  EXPECT_EQ(s.allocated_bytes, 4096);
+  EXPECT_EQ(s.oom_count, 5);
+  pool.free(a);
+}
+
+TEST(MemoryPool, KeepsWorkingAfterOutOfMemory) {
+  MemoryPool pool(0, 16 * 1024);
+  void* a = pool.allocate(8 * 1024);
+  EXPECT_THROW(pool.allocate(16 * 1024), OutOfMemoryError);
+  MemoryStats s = pool.stats();
+  EXPECT_EQ(s.allocated_bytes, 8 * 1024);
+  EXPECT_EQ(s.allocation_count, 1);
+
+  void* b = pool.allocate(8 * 1024);  // exactly fills the pool
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(pool.stats().allocated_bytes, 16 * 1024);
+  pool.free(a);
+  pool.free(b);
+  void* c = pool.allocate(16 * 1024);  // after freeing, the whole pool is usable
+  ASSERT_NE(c, nullptr);
+  pool.free(c);
+}
+
+TEST(MemoryPool, AllocationReleasesCachedBlocksBeforeGivingUp) {
+  MemoryPool pool(0, 16 * 1024);
+  void* a = pool.allocate(8 * 1024);
+  void* b = pool.allocate(8 * 1024);
+  pool.free(a);
+  pool.free(b);
+  EXPECT_EQ(pool.stats().reserved_bytes, 16 * 1024);
+  // 12 KiB has no cached block of its size; the cache is emptied to make room.
+  void* c = pool.allocate(12 * 1024);
+  MemoryStats s = pool.stats();
+  EXPECT_EQ(s.reserved_bytes, 12 * 1024);
+  EXPECT_EQ(s.allocated_bytes, 12 * 1024);
+  EXPECT_EQ(s.oom_count, 0);
+  pool.free(c);
+}
+
+TEST(MemoryPool, EmptyCacheLowersReservedButKeepsLiveBlocks) {
+  MemoryPool pool(0, 1 << 20);
+  void* live = pool.allocate(4096);
+  void* x = pool.allocate(8192);
+  void* y = pool.allocate(1024);
+  pool.free(x);
+  pool.free(y);
+  EXPECT_EQ(pool.stats().reserved_bytes, 4096 + 8192 + 1024);
+  pool.empty_cache();
+  MemoryStats s = pool.stats();
+  EXPECT_EQ(s.reserved_bytes, 4096);
+  EXPECT_EQ(s.allocated_bytes, 4096);
+  EXPECT_EQ(s.peak_reserved_bytes, 4096 + 8192 + 1024);
+  EXPECT_TRUE(pool.owns(live));
+  std::memset(live, 1, 4096);  // still valid memory
+  pool.free(live);
+  pool.empty_cache();
+  EXPECT_EQ(pool.stats().reserved_bytes, 0);
+}
+
+TEST(MemoryPool, FreeingAForeignPointerThrowsInvalidArgument) {
+  MemoryPool pool(0, 1 << 20);
+  MemoryPool other(1, 1 << 20);
+  int on_stack = 0;
+  EXPECT_THROW(pool.free(&on_stack), std::invalid_argument);
+  void* p = other.allocate(512);
+  EXPECT_FALSE(pool.owns(p));
+  EXPECT_THROW(pool.free(p), std::invalid_argument);
+  EXPECT_EQ(pool.stats().free_count, 0);
+  other.free(p);
+  // Double free is also a foreign pointer as far as the pool is concerned.
+  void* q = pool.allocate(512);
+  pool.free(q);
+  EXPECT_THROW(pool.free(q), std::invalid_argument);
+  EXPECT_EQ(pool.stats().free_count, 1);
+}
+
+TEST(MemoryPool, ResetPeakStatsDropsPeaksToCurrent) {
+  MemoryPool pool(0, 1 << 20);
+  void* a = pool.allocate(4096);
+  void* b = pool.allocate(8192);
+  pool.free(b);
+  MemoryStats s = pool.stats();
+  EXPECT_EQ(s.peak_allocated_bytes, 4096 + 8192);
+  EXPECT_EQ(s.peak_reserved_bytes, 4096 + 8192);
+
+  pool.empty_cache();
+  pool.reset_peak_stats();
+  s = pool.stats();
+  EXPECT_EQ(s.peak_allocated_bytes, 4096);
+  EXPECT_EQ(s.peak_reserved_bytes, 4096);
+
+  void* c = pool.allocate(1024);
+  s = pool.stats();
+  EXPECT_EQ(s.peak_allocated_bytes, 4096 + 1024);
+  EXPECT_EQ(s.peak_reserved_bytes, 4096 + 1024);
+  pool.free(a);
+  pool.free(c);
+}
+
+}  // namespace

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# One-time machine set-up shared by `make demo`, `make test` and `make bench`.
+# Idempotent: each step is skipped when what it installs is already there.
+set -euo pipefail
+APT_PACKAGES="llvm-19-dev librocksdb-dev libxxhash-dev libgtest-dev libbenchmark-dev ninja-build cmake g++"
+missing=""
+for p in $APT_PACKAGES; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
+done
+if [ -n "$missing" ]; then
+  echo "setup: installing Debian packages:$missing"
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing
+fi
+PY=${PYTHON:-python3}
+# torch is pinned and installed on its own, never as a dependency of kiln, so
+# pip can never resolve (and download) another torch build.
+if ! $PY -c 'import torch, sys; sys.exit(0 if torch.__version__.startswith("2.13.0") else 1)' 2>/dev/null; then
+  echo "setup: installing torch==2.13.0"
+  $PY -m pip install -q torch==2.13.0
+fi
+for mod in pytest:pytest expecttest:expecttest numpy:numpy; do
+  m=${mod%%:*}; pkg=${mod##*:}
+  $PY -c "import $m" 2>/dev/null || $PY -m pip install -q "$pkg"
+done
