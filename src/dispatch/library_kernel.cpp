@@ -19,6 +19,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
+#include <atomic>
 #include <mutex>
 #include <shared_mutex>
 #include <unordered_map>
@@ -52,7 +53,65 @@ struct OpPlan {
   std::vector<bool> mutable_arg;         // per argument
   std::vector<bool> generator_arg;       // per argument
   std::optional<c10::OperatorHandle> out_variant;  // writes fresh outputs in place
+  // Some CPU out= kernels resize their output on the way (mse_loss computes
+  // the unreduced loss in it first), which exact-size device outputs cannot
+  // take. Set the first time that happens; the op then runs functionally.
+  mutable std::atomic<bool> out_variant_failed{false};
+
+  // Meta kernels occasionally disagree with the CPU kernel (another dtype
+  // for an output). The first call of each argument signature runs on the
+  // host and checks the meta result against the CPU result; later calls go
+  // asynchronous only if they agreed.
+  enum class Verdict { Unknown, Agrees, Disagrees };
+  Verdict verdict(uint64_t signature) const {
+    std::lock_guard<std::mutex> lock(verdict_mu);
+    auto it = verdicts.find(signature);
+    return it == verdicts.end() ? Verdict::Unknown : it->second;
+  }
+  void set_verdict(uint64_t signature, Verdict v) const {
+    std::lock_guard<std::mutex> lock(verdict_mu);
+    verdicts[signature] = v;
+  }
+  mutable std::mutex verdict_mu;
+  mutable std::unordered_map<uint64_t, Verdict> verdicts;
 };
+
+// What decides an op's output dtypes and ranks: each argument's kind, each
+// flag's value (batch norm's `training` changes its outputs' shapes), and
+// each tensor's dtype and rank.
+uint64_t argument_signature(const torch::jit::Stack& stack, size_t first) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+  for (size_t i = first; i < stack.size(); ++i) {
+    const c10::IValue& v = stack[i];
+    mix(v.isTensor() ? 1 : v.isDouble() ? 2 : v.isInt() ? 3 : v.isBool() ? 4 + v.toBool() : v.isComplexDouble() ? 6
+        : v.isNone() ? 7 : 8);
+    for_each_tensor(v, [&](const at::Tensor& t) {
+      mix(static_cast<uint64_t>(t.scalar_type()) + 64 * static_cast<uint64_t>(t.dim()) +
+          4096 * static_cast<uint64_t>(t.is_cpu()));
+    });
+  }
+  return h;
+}
+
+bool same_geometry(const c10::IValue& device_result, const c10::IValue& meta_result) {
+  if (device_result.isTensor() != meta_result.isTensor()) return false;
+  if (device_result.isTensor()) {
+    const at::Tensor& d = device_result.toTensor();
+    const at::Tensor& m = meta_result.toTensor();
+    if (d.defined() != m.defined()) return false;
+    return !d.defined() || (d.sizes() == m.sizes() && d.scalar_type() == m.scalar_type());
+  }
+  if (device_result.isTensorList() && meta_result.isTensorList()) {
+    auto d = device_result.toTensorList();
+    auto m = meta_result.toTensorList();
+    if (d.size() != m.size()) return false;
+    for (size_t k = 0; k < d.size(); ++k) {
+      if (!same_geometry(d.get(k), m.get(k))) return false;
+    }
+  }
+  return true;
+}
 
 bool same_alias_set(const c10::AliasInfo& a, const c10::AliasInfo& b) {
   for (const auto& s : a.beforeSets()) {
@@ -97,9 +156,10 @@ std::optional<c10::OperatorHandle> find_out_variant(const c10::FunctionSchema& s
   return std::nullopt;
 }
 
-OpPlan make_plan(const c10::OperatorHandle& op) {
+std::unique_ptr<OpPlan> make_plan(const c10::OperatorHandle& op) {
   const auto& schema = op.schema();
-  OpPlan plan;
+  auto owned = std::make_unique<OpPlan>();
+  OpPlan& plan = *owned;
   plan.name = schema.name() + (schema.overload_name().empty() ? "" : "." + schema.overload_name());
   const auto& args = schema.arguments();
   for (const auto& a : args) {
@@ -136,7 +196,7 @@ OpPlan make_plan(const c10::OperatorHandle& op) {
     plan.path = Path::Async;
     plan.out_variant = find_out_variant(schema);
   }
-  return plan;
+  return owned;
 }
 
 const OpPlan& plan_for(const c10::OperatorHandle& op) {
@@ -148,7 +208,7 @@ const OpPlan& plan_for(const c10::OperatorHandle& op) {
     auto it = plans.find(name);
     if (it != plans.end()) return *it->second;
   }
-  auto plan = std::make_unique<OpPlan>(make_plan(op));
+  auto plan = make_plan(op);
   std::unique_lock lock(mu);
   auto [it, inserted] = plans.emplace(name, std::move(plan));
   return *it->second;
@@ -262,6 +322,26 @@ void adopt_geometry(const at::Tensor& t, const at::Tensor& meta) {
   t.unsafeGetTensorImpl()->set_sizes_and_strides(meta.sizes(), meta.strides(), meta.storage_offset());
 }
 
+// An out= kernel may restride its output to the memory format it prefers
+// (max_unpool2d on channels-last input) while the device tensor keeps the
+// strides shape inference gave it: restore() moves the data back to them.
+struct Geometry {
+  std::vector<int64_t> sizes, strides;
+  int64_t offset;
+  static Geometry of(const at::Tensor& t) {
+    return {t.sizes().vec(), t.strides().vec(), t.storage_offset()};
+  }
+  void restore(const at::Tensor& written) const {
+    if (written.sizes() == c10::IntArrayRef(sizes) && written.strides() == c10::IntArrayRef(strides) &&
+        written.storage_offset() == offset) {
+      return;
+    }
+    at::Tensor values = written.clone();
+    written.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides, offset);
+    written.copy_(values);
+  }
+};
+
 // Copies a CPU kernel's result into the alias of a preallocated output.
 void copy_into(const c10::IValue& dst, const c10::IValue& src) {
   if (dst.isTensor()) {
@@ -312,17 +392,20 @@ void run_on_host(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::
     c10::DeviceGuard guard(c10::Device(c10::kPrivateUse1, index));
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
   }
-  // Arguments the CPU kernel resized got host memory: bring them back.
+  // Arguments the CPU kernel wrote take the geometry it gave them (out=
+  // resizing); ones it had to reallocate got host memory: bring that back.
   for (size_t i = 0; i < device_args.size(); ++i) {
     if (!plan.mutable_arg[i] || !device_args[i].isTensor()) continue;
     const at::Tensor& dev_t = device_args[i].toTensor();
     const at::Tensor& host_t = host_args[i].toTensor();
-    if (dev_t.defined() && dev_t.is_privateuseone() && !aliases.still_aliases(host_t)) {
+    if (!dev_t.defined() || !dev_t.is_privateuseone()) continue;
+    auto* impl = dev_t.unsafeGetTensorImpl();
+    if (!aliases.still_aliases(host_t)) {
       at::Tensor fresh = empty_device(host_t.sizes(), host_t.strides(), host_t.scalar_type(), index);
       host_alias(fresh).copy_(host_t);
-      dev_t.unsafeGetTensorImpl()->set_storage_keep_dtype(fresh.storage());
-      dev_t.unsafeGetTensorImpl()->set_sizes_and_strides(host_t.sizes(), host_t.strides(), host_t.storage_offset());
+      impl->set_storage_keep_dtype(fresh.storage());
     }
+    impl->set_sizes_and_strides(host_t.sizes(), host_t.strides(), host_t.storage_offset());
   }
   for (size_t i = first; i < stack->size(); ++i) {
     (*stack)[i] = map_tensors((*stack)[i], [&](const at::Tensor& r) {
@@ -360,6 +443,24 @@ void run_async(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::St
     run_on_host(op, plan, stack, first, index, "data-dependent shape");
     return;
   }
+  const uint64_t signature = argument_signature(*stack, first);
+  switch (plan.verdict(signature)) {
+    case OpPlan::Verdict::Disagrees:
+      run_on_host(op, plan, stack, first, index, "meta kernel disagrees with CPU");
+      return;
+    case OpPlan::Verdict::Unknown: {
+      run_on_host(op, plan, stack, first, index, "first call of an op signature");
+      bool agrees = stack->size() - first == meta_stack.size();
+      for (size_t j = 0; agrees && j < meta_stack.size(); ++j) {
+        agrees = same_geometry((*stack)[first + j], meta_stack[j]);
+      }
+      plan.set_verdict(signature, agrees ? OpPlan::Verdict::Agrees : OpPlan::Verdict::Disagrees);
+      if (!agrees) log("dispatch", plan.name + ": meta kernel disagrees with the CPU kernel; runs on the host");
+      return;
+    }
+    case OpPlan::Verdict::Agrees:
+      break;
+  }
   Metrics::global().add(Counter::LibraryKernels, plan.name);
 
   // 2. Outputs: arguments written in place take their new geometry; fresh
@@ -393,10 +494,23 @@ void run_async(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::St
   for (const auto& o : outputs) {
     if (o.isTensor() && !o.toTensor().defined()) all_defined = false;
   }
-  if (plan.out_variant && all_defined) {
-    for (auto& f : fresh) args.push_back(f);
-    enqueue(dev, plan.name, [out_op = *plan.out_variant, args = std::move(args)]() mutable {
-      out_op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &args);
+  if (plan.out_variant && all_defined && !plan.out_variant_failed.load(std::memory_order_relaxed)) {
+    enqueue(dev, plan.name, [&plan, op, args = std::move(args), fresh = std::move(fresh)]() mutable {
+      std::vector<c10::IValue> out_args = args;
+      for (auto& f : fresh) out_args.push_back(f);
+      std::vector<Geometry> planned;
+      for (auto& f : fresh) planned.push_back(Geometry::of(f.toTensor()));
+      try {
+        plan.out_variant->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &out_args);
+        for (size_t j = 0; j < fresh.size(); ++j) planned[j].restore(fresh[j].toTensor());
+        return;
+      } catch (const c10::Error&) {
+        // Either the out= kernel cannot write exact-size outputs, or the
+        // inputs are bad: the functional kernel tells which, with eager's error.
+      }
+      op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &args);
+      plan.out_variant_failed.store(true, std::memory_order_relaxed);
+      for (size_t j = 0; j < fresh.size(); ++j) copy_into(fresh[j], args[j]);
     });
   } else {
     enqueue(dev, plan.name, [op, args = std::move(args), fresh = std::move(fresh)]() mutable {
@@ -432,6 +546,32 @@ void neuron_library_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet, t
 
 }  // namespace
 
+void route_composite_ops_to_library_kernel() {
+  // Ops with both a CPU kernel and a CompositeExplicitAutograd kernel would
+  // run the composite on the device, which is not always what CPU computes
+  // (native_layer_norm's composite goes through batch norm) and costs an
+  // extra dispatch (structured ops: functional -> empty + out=). On the
+  // device they run whole, as their CPU kernel, like every other op.
+  static std::once_flag once;
+  std::call_once(once, [] {
+    static auto* lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
+                                          __FILE__, __LINE__);
+    auto& dispatcher = c10::Dispatcher::singleton();
+    for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
+      if (name.name.rfind("aten::", 0) != 0) continue;
+      auto op = dispatcher.findOp(name);
+      if (!op || op->hasKernelForDispatchKey(c10::DispatchKey::PrivateUse1)) continue;
+      if (!op->hasKernelForDispatchKey(c10::DispatchKey::CPU)) continue;
+      if (!op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutograd) &&
+          !op->hasKernelForDispatchKey(c10::DispatchKey::CompositeExplicitAutogradNonFunctional)) {
+        continue;
+      }
+      std::string qualified = name.name.substr(6) + (name.overload_name.empty() ? "" : "." + name.overload_name);
+      lib->impl(qualified.c_str(), torch::CppFunction::makeFromBoxedFunction<&neuron_library_kernel>());
+    }
+  });
+}
+
 TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
   m.fallback(torch::CppFunction::makeFromBoxedFunction<&neuron_library_kernel>());
 }
@@ -439,6 +579,7 @@ TORCH_LIBRARY_IMPL(_, PrivateUse1, m) {
 // Composite ops whose composite kernel would pick a device-specific backend
 // (convolution -> convolution_overrideable, which no device implements). On
 // the device they run whole, as the CPU implementation, like any other op.
+// (They have no CPU kernel of their own, so the routing below misses them.)
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   for (const char* name : {"convolution", "convolution_backward", "_convolution"}) {
     m.impl(name, torch::CppFunction::makeFromBoxedFunction<&neuron_library_kernel>());

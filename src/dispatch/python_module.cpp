@@ -10,6 +10,7 @@
 
 namespace kiln::dispatch {
 void register_hooks();
+void route_composite_ops_to_library_kernel();
 }
 
 namespace {
@@ -50,6 +51,7 @@ PYBIND11_MODULE(_C, m) {
   m.def("_init", [] {
     initialize();  // raises ValueError for a bad knob
     register_hooks();
+    route_composite_ops_to_library_kernel();
     return unknown_knob_warnings();
   });
   m.def("is_initialized", &is_initialized);
