@@ -32,6 +32,8 @@ struct KnobSpec {
   std::vector<std::string> choices = {};  // Choice / ChoiceList
   // An extra literal accepted for an Integer knob, standing for a computed default.
   const char* special = nullptr;
+  // Text values that are refused (names torch already gives a device type).
+  std::vector<std::string> reserved = {};
 };
 
 // Every knob, in documentation order.

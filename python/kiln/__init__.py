@@ -10,9 +10,19 @@ import atexit
 import sys
 import warnings
 
-import torch
 
-from . import _C
+def _autoload():
+    """Entry point torch calls at the end of its import (``torch.backends``).
+
+    Importing this package does the registration. Defined before ``import
+    torch`` because when kiln is imported first, torch's autoload finds kiln
+    half-initialized; the registration below then runs once torch is done.
+    """
+
+
+import torch  # noqa: E402
+
+from . import _C  # noqa: E402
 
 for _message in _C._init():  # raises ValueError naming a bad knob
     warnings.warn(_message, stacklevel=2)
@@ -31,10 +41,6 @@ torch.utils.generate_methods_for_privateuse1_backend(
 
 if _C.metrics_at_exit():
     atexit.register(lambda: print(metrics.report(), file=sys.stderr))
-
-
-def _autoload():
-    """Entry point torch calls at import; importing this package did the work."""
 
 
 __all__ = ["DEVICE_NAME", "metrics"]

@@ -15,7 +15,10 @@ namespace kiln {
 const std::vector<KnobSpec>& knob_table() {
   static const std::vector<KnobSpec> table = {
       {"KILN_DEVICE_NAME", KnobKind::Text, "neuron",
-       "Name the device registers under (torch.device('<name>'), torch.<name>, Tensor.<name>())."},
+       "Name the device registers under (torch.device('<name>'), torch.<name>, Tensor.<name>()).", 0, 0, {},
+       nullptr,
+       {"cpu", "cuda", "hip", "mps", "xpu", "mtia", "meta", "xla", "lazy", "ipu", "hpu", "ve", "fpga", "maia",
+        "vulkan", "mkldnn", "opengl", "opencl", "ideep", "ort", "privateuseone"}},
       {"KILN_DEVICE_COUNT", KnobKind::Integer, "2", "Number of emulated devices.", 1, 16},
       {"KILN_DEVICE_MEMORY_MB", KnobKind::Integer, "auto",
        "Capacity of each device's memory pool in MiB; auto = a quarter of the machine's RAM.", 1,
@@ -118,6 +121,8 @@ void validate(const KnobSpec& spec, const std::string& value) {
         return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
       });
       if (!ok || !(value[0] >= 'a' && value[0] <= 'z')) throw KnobError(spec, value);
+      if (std::find(spec.reserved.begin(), spec.reserved.end(), value) != spec.reserved.end())
+        throw KnobError(spec, value);
       return;
     }
   }
@@ -151,8 +156,11 @@ std::string accepted_values(const KnobSpec& spec) {
       return "one of " + join(spec.choices, ", ");
     case KnobKind::ChoiceList:
       return "a comma-separated list of " + join(spec.choices, ", ") + " (or empty)";
-    case KnobKind::Text:
-      return "a lower-case identifier ([a-z][a-z0-9_]*)";
+    case KnobKind::Text: {
+      std::string s = "a lower-case identifier ([a-z][a-z0-9_]*)";
+      if (!spec.reserved.empty()) s += " other than " + join(spec.reserved, ", ");
+      return s;
+    }
   }
   return "";
 }

@@ -1,0 +1,25 @@
+"""OpInfo conformance over op_db; writes docs/conformance.md (see conformance.py)."""
+import os
+import time
+
+import torch
+
+import conformance
+from conftest import REPO
+
+MIN_PASS_RATE = 0.97
+
+
+def test_opinfo_conformance_writes_report_and_passes():
+    start = time.time()
+    results = conformance.run()
+    report = conformance.markdown(results, time.time() - start)
+    with open(os.path.join(REPO, "docs", "conformance.md"), "w") as fh:
+        fh.write(report)
+    passed, failed, _ = conformance.totals(results, torch.float32)
+    assert passed + failed > 5000
+    rate = passed / (passed + failed)
+    assert rate >= MIN_PASS_RATE, f"float32 pass rate {rate:.4f} < {MIN_PASS_RATE}"
+    unexplained = conformance.unexplained_failures(results)
+    assert not unexplained, "failures without an explanation in conformance.EXPLANATIONS: " + ", ".join(
+        f"{r.op} ({r.dtype})" for r in unexplained)
