@@ -27,12 +27,17 @@
 
 #include "dispatch/generator.h"
 #include "dispatch/neuron.h"
+#include "dispatch/shape_inference.h"
 #include "dispatch/tensor_alias.h"
 
 namespace kiln::dispatch {
 namespace {
 
 enum class Path { View, Async, Host };
+
+// Sync-point reason of the shape-inference check (one per op signature: too
+// many to name each op in the report).
+constexpr std::string_view kFirstCall = "first call of an op signature";
 
 // Ops whose output shape depends on input values. They have no meta kernel
 // (there is no shape to infer), yet are ordinary device work, not fallbacks.
@@ -57,6 +62,7 @@ struct OpPlan {
   // the unreduced loss in it first), which exact-size device outputs cannot
   // take. Set the first time that happens; the op then runs functionally.
   mutable std::atomic<bool> out_variant_failed{false};
+  mutable ShapeCache shapes;
 
   // Meta kernels occasionally disagree with the CPU kernel (another dtype
   // for an output). The first call of each argument signature runs on the
@@ -305,42 +311,20 @@ void warn_or_fail_fallback(const OpPlan& plan) {
   }
 }
 
-// Makes `t` (a device tensor an op writes) take the geometry its meta twin
-// ended with: out= resizing and in-place metadata changes.
-void adopt_geometry(const at::Tensor& t, const at::Tensor& meta) {
-  if (t.sizes() == meta.sizes() && t.strides() == meta.strides() && t.storage_offset() == meta.storage_offset()) {
-    return;
-  }
-  int64_t needed = meta.storage_offset();
+// Makes `t` (a device tensor an op writes) take the geometry shape
+// inference gave it: out= resizing and in-place metadata changes.
+void adopt_geometry(const at::Tensor& t, const Geometry& g) {
+  if (g.matches(t)) return;
+  int64_t needed = g.offset;
   bool empty = false;
-  for (int64_t d = 0; d < meta.dim(); ++d) {
-    if (meta.size(d) == 0) empty = true;
-    needed += (meta.size(d) - 1) * meta.stride(d);
+  for (size_t d = 0; d < g.sizes.size(); ++d) {
+    if (g.sizes[d] == 0) empty = true;
+    needed += (g.sizes[d] - 1) * g.strides[d];
   }
   const size_t bytes = empty ? 0 : static_cast<size_t>(needed + 1) * t.element_size();
   if (bytes > t.storage().nbytes()) resize_device_storage(t.storage(), bytes);
-  t.unsafeGetTensorImpl()->set_sizes_and_strides(meta.sizes(), meta.strides(), meta.storage_offset());
+  t.unsafeGetTensorImpl()->set_sizes_and_strides(g.sizes, g.strides, g.offset);
 }
-
-// An out= kernel may restride its output to the memory format it prefers
-// (max_unpool2d on channels-last input) while the device tensor keeps the
-// strides shape inference gave it: restore() moves the data back to them.
-struct Geometry {
-  std::vector<int64_t> sizes, strides;
-  int64_t offset;
-  static Geometry of(const at::Tensor& t) {
-    return {t.sizes().vec(), t.strides().vec(), t.storage_offset()};
-  }
-  void restore(const at::Tensor& written) const {
-    if (written.sizes() == c10::IntArrayRef(sizes) && written.strides() == c10::IntArrayRef(strides) &&
-        written.storage_offset() == offset) {
-      return;
-    }
-    at::Tensor values = written.clone();
-    written.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides, offset);
-    written.copy_(values);
-  }
-};
 
 // Copies a CPU kernel's result into the alias of a preallocated output.
 void copy_into(const c10::IValue& dst, const c10::IValue& src) {
@@ -381,7 +365,7 @@ void run_on_host(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::
   if (plan.is_fallback) warn_or_fail_fallback(plan);
   else Metrics::global().add(Counter::LibraryKernels, plan.name);
   runtime::Device& dev = device(index);
-  synchronize(dev, std::string(reason) + ": " + plan.name);
+  synchronize(dev, reason == kFirstCall ? std::string(reason) : std::string(reason) + ": " + plan.name);
   std::vector<c10::IValue> device_args(stack->begin() + first, stack->end());
   AliasSet aliases(c10::DispatchKey::CPU, /*resizable_cpu=*/true);
   std::vector<c10::IValue> args = host_arguments(plan, *stack, first, aliases, index, false);
@@ -425,31 +409,23 @@ void run_on_host(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::
 
 void run_async(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::Stack* stack, size_t first,
                c10::DeviceIndex index) {
-  // 1. Shape inference on meta twins of the arguments.
-  AliasSet metas(c10::DispatchKey::Meta);
-  std::vector<c10::IValue> meta_args;
-  meta_args.reserve(stack->size() - first);
-  for (size_t i = first; i < stack->size(); ++i) {
-    c10::IValue mapped = map_tensors((*stack)[i], [&](const at::Tensor& t) {
-      return t.device().type() == c10::kPrivateUse1 ? metas.alias(t) : t;
-    });
-    meta_args.push_back(to_host_device_arg(mapped, c10::kMeta));
-  }
-  torch::jit::Stack meta_stack = meta_args;
+  // 1. Shape inference (the op's meta kernel, memoized).
+  std::shared_ptr<const InferredShapes> shapes;
   try {
-    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
+    shapes = infer_shapes(op, plan.mutable_arg, *stack, first, plan.shapes);
   } catch (const std::exception&) {
     // Data-dependent output, or an error: the CPU kernel gives eager's answer.
     run_on_host(op, plan, stack, first, index, "data-dependent shape");
     return;
   }
+  const std::vector<c10::IValue>& meta_stack = shapes->returns;
   const uint64_t signature = argument_signature(*stack, first);
   switch (plan.verdict(signature)) {
     case OpPlan::Verdict::Disagrees:
       run_on_host(op, plan, stack, first, index, "meta kernel disagrees with CPU");
       return;
     case OpPlan::Verdict::Unknown: {
-      run_on_host(op, plan, stack, first, index, "first call of an op signature");
+      run_on_host(op, plan, stack, first, index, kFirstCall);
       bool agrees = stack->size() - first == meta_stack.size();
       for (size_t j = 0; agrees && j < meta_stack.size(); ++j) {
         agrees = same_geometry((*stack)[first + j], meta_stack[j]);
@@ -465,10 +441,10 @@ void run_async(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::St
 
   // 2. Outputs: arguments written in place take their new geometry; fresh
   //    outputs are allocated from the meta results.
-  for (size_t i = 0; i < meta_args.size(); ++i) {
-    if (plan.mutable_arg[i] && meta_args[i].isTensor() && (*stack)[first + i].isTensor()) {
+  for (size_t i = 0; i < shapes->written.size(); ++i) {
+    if (shapes->written[i] && (*stack)[first + i].isTensor()) {
       const at::Tensor& t = (*stack)[first + i].toTensor();
-      if (t.defined() && t.is_privateuseone()) adopt_geometry(t, meta_args[i].toTensor());
+      if (t.defined() && t.is_privateuseone()) adopt_geometry(t, *shapes->written[i]);
     }
   }
   std::vector<c10::IValue> outputs;

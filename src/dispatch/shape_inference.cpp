@@ -1,0 +1,156 @@
+#include "dispatch/shape_inference.h"
+
+#include <cstring>
+
+#include "dispatch/tensor_alias.h"
+
+namespace kiln::dispatch {
+
+void Geometry::restore(const at::Tensor& written) const {
+  if (matches(written)) return;
+  at::Tensor values = written.clone();
+  written.unsafeGetTensorImpl()->set_sizes_and_strides(sizes, strides, offset);
+  written.copy_(values);
+}
+
+std::shared_ptr<const InferredShapes> ShapeCache::find(const std::vector<int64_t>& key, uint64_t hash) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto [begin, end] = entries_.equal_range(hash);
+  for (auto it = begin; it != end; ++it) {
+    if (it->second.key == key) return it->second.value;
+  }
+  return nullptr;
+}
+
+void ShapeCache::insert(std::vector<int64_t> key, uint64_t hash, std::shared_ptr<const InferredShapes> value) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (entries_.size() >= kMaxEntries) entries_.clear();
+  entries_.emplace(hash, Entry{std::move(key), std::move(value)});
+}
+
+namespace {
+
+enum Tag : int64_t { kTensor = 1, kUndefined, kInt, kDouble, kBool, kNone, kString, kIntList, kDoubleList, kBoolList,
+                     kTensorList, kDevice, kGenerator, kComplex, kSymInt };
+
+void add_tensor(std::vector<int64_t>& key, const at::Tensor& t) {
+  if (!t.defined()) {
+    key.push_back(kUndefined);
+    return;
+  }
+  key.push_back(kTensor);
+  key.push_back(static_cast<int64_t>(t.scalar_type()) | (int64_t(t.device().type()) << 8) |
+                (int64_t(t.is_conj()) << 16) | (int64_t(t.is_neg()) << 17));
+  key.push_back(t.dim());
+  for (int64_t s : t.sizes()) key.push_back(s);
+  for (int64_t s : t.strides()) key.push_back(s);
+}
+
+int64_t bits(double d) {
+  int64_t b;
+  std::memcpy(&b, &d, sizeof b);
+  return b;
+}
+
+// Appends what the meta kernel can see of `v`. False when `v` is of a kind
+// this key does not describe (the call is then not cached).
+bool add_value(std::vector<int64_t>& key, const c10::IValue& v) {
+  if (v.isTensor()) {
+    add_tensor(key, v.toTensor());
+  } else if (v.isInt()) {
+    key.insert(key.end(), {kInt, v.toInt()});
+  } else if (v.isDouble()) {
+    key.insert(key.end(), {kDouble, bits(v.toDouble())});
+  } else if (v.isBool()) {
+    key.insert(key.end(), {kBool, v.toBool()});
+  } else if (v.isNone()) {
+    key.push_back(kNone);
+  } else if (v.isString()) {
+    key.insert(key.end(), {kString, static_cast<int64_t>(std::hash<std::string_view>{}(v.toStringView()))});
+  } else if (v.isIntList()) {
+    key.push_back(kIntList);
+    key.push_back(static_cast<int64_t>(v.toIntList().size()));
+    for (int64_t x : v.toIntList()) key.push_back(x);
+  } else if (v.isDoubleList()) {
+    key.push_back(kDoubleList);
+    for (double x : v.toDoubleList()) key.push_back(bits(x));
+    key.push_back(-1);
+  } else if (v.isBoolList()) {
+    key.push_back(kBoolList);
+    for (bool x : v.toBoolList()) key.push_back(x);
+    key.push_back(-1);
+  } else if (v.isTensorList() || v.isList()) {
+    key.push_back(kTensorList);
+    for (const c10::IValue& e : v.toListRef()) {
+      if (e.isTensor()) add_tensor(key, e.toTensor());
+      else if (e.isNone()) key.push_back(kNone);
+      else return false;
+    }
+    key.push_back(-1);
+  } else if (v.isDevice()) {
+    key.insert(key.end(), {kDevice, int64_t(v.toDevice().type()) * 1000 + v.toDevice().index()});
+  } else if (v.isGenerator()) {
+    key.push_back(kGenerator);
+  } else if (v.isComplexDouble()) {
+    auto c = v.toComplexDouble();
+    key.insert(key.end(), {kComplex, bits(c.real()), bits(c.imag())});
+  } else if (v.isSymInt()) {
+    auto s = v.toSymInt().maybe_as_int();
+    if (!s) return false;
+    key.insert(key.end(), {kSymInt, *s});
+  } else {
+    return false;
+  }
+  return true;
+}
+
+uint64_t hash_key(const std::vector<int64_t>& key) {
+  uint64_t h = 1469598103934665603ull;
+  for (int64_t k : key) h = (h ^ static_cast<uint64_t>(k)) * 1099511628211ull;
+  return h;
+}
+
+std::shared_ptr<const InferredShapes> run_meta(const c10::OperatorHandle& op, const std::vector<bool>& mutable_arg,
+                                               const torch::jit::Stack& stack, size_t first) {
+  AliasSet metas(c10::DispatchKey::Meta);
+  std::vector<c10::IValue> meta_args;
+  meta_args.reserve(stack.size() - first);
+  for (size_t i = first; i < stack.size(); ++i) {
+    c10::IValue mapped = map_tensors(stack[i], [&](const at::Tensor& t) {
+      return t.device().type() == c10::kPrivateUse1 ? metas.alias(t) : t;
+    });
+    if (mapped.isDevice() && mapped.toDevice().type() == c10::kPrivateUse1) mapped = c10::Device(c10::kMeta);
+    meta_args.push_back(std::move(mapped));
+  }
+  torch::jit::Stack meta_stack = meta_args;
+  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
+  auto result = std::make_shared<InferredShapes>();
+  result->returns = std::move(meta_stack);
+  result->written.resize(meta_args.size());
+  for (size_t i = 0; i < meta_args.size(); ++i) {
+    if (mutable_arg[i] && meta_args[i].isTensor() && meta_args[i].toTensor().defined()) {
+      result->written[i] = Geometry::of(meta_args[i].toTensor());
+    }
+  }
+  return result;
+}
+
+}  // namespace
+
+std::shared_ptr<const InferredShapes> infer_shapes(const c10::OperatorHandle& op,
+                                                   const std::vector<bool>& mutable_arg,
+                                                   const torch::jit::Stack& stack, size_t first,
+                                                   ShapeCache& cache) {
+  std::vector<int64_t> key;
+  key.reserve(64);
+  bool cacheable = true;
+  for (size_t i = first; i < stack.size() && cacheable; ++i) cacheable = add_value(key, stack[i]);
+  if (!cacheable) return run_meta(op, mutable_arg, stack, first);
+  const uint64_t hash = hash_key(key);
+  if (auto hit = cache.find(key, hash)) return hit;
+  auto result = run_meta(op, mutable_arg, stack, first);
+  cache.insert(std::move(key), hash, result);
+  return result;
+}
+
+}  // namespace kiln::dispatch

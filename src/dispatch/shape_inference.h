@@ -1,0 +1,64 @@
+// Output geometry of an op before it runs: its meta kernel, memoized.
+//
+// Launching asynchronously needs the outputs' sizes, strides and dtypes up
+// front. Meta kernels give them, but many are Python functions (torch's
+// _meta_registrations shadow the C++ ones) costing tens of microseconds.
+// Their answer is a pure function of the arguments' metadata and non-tensor
+// values, so it is cached per op under exactly that key.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+namespace kiln::dispatch {
+
+// Sizes, strides and offset of a tensor.
+struct Geometry {
+  std::vector<int64_t> sizes, strides;
+  int64_t offset = 0;
+
+  static Geometry of(const at::Tensor& t) { return {t.sizes().vec(), t.strides().vec(), t.storage_offset()}; }
+  bool matches(const at::Tensor& t) const {
+    return t.sizes() == c10::IntArrayRef(sizes) && t.strides() == c10::IntArrayRef(strides) &&
+           t.storage_offset() == offset;
+  }
+  // Gives `written` this geometry, moving its values to the new layout (an
+  // out= kernel may restride its output, e.g. to channels-last).
+  void restore(const at::Tensor& written) const;
+};
+
+struct InferredShapes {
+  std::vector<c10::IValue> returns;             // meta tensors (or lists) per return
+  std::vector<std::optional<Geometry>> written; // per argument: geometry after the op, if it writes it
+};
+
+class ShapeCache {
+ public:
+  static constexpr size_t kMaxEntries = 4096;  // per op; cleared when full
+  std::shared_ptr<const InferredShapes> find(const std::vector<int64_t>& key, uint64_t hash) const;
+  void insert(std::vector<int64_t> key, uint64_t hash, std::shared_ptr<const InferredShapes> value);
+
+ private:
+  struct Entry {
+    std::vector<int64_t> key;
+    std::shared_ptr<const InferredShapes> value;
+  };
+  mutable std::mutex mu_;
+  std::unordered_multimap<uint64_t, Entry> entries_;
+};
+
+// Runs (or recalls) the op's meta kernel on meta twins of the arguments
+// stack[first..]. Throws what the meta kernel throws (data-dependent output,
+// bad arguments).
+std::shared_ptr<const InferredShapes> infer_shapes(const c10::OperatorHandle& op,
+                                                   const std::vector<bool>& mutable_arg,
+                                                   const torch::jit::Stack& stack, size_t first,
+                                                   ShapeCache& cache);
+
+}  // namespace kiln::dispatch
