@@ -19,8 +19,10 @@ build: setup $(BUILD)/build.ninja
 
 # Editable install: registers the torch.backends entry point (autoload) and
 # picks up python/kiln/_C*.so as CMake rebuilds it. Never resolves torch.
+# (Re)installs unless kiln already resolves to this checkout.
 install: build
-	@$(PYTHON) -c 'import importlib.metadata as m; m.distribution("kiln")' 2>/dev/null || \
+	@test "$$($(PYTHON) -c 'import importlib.util as u; s = u.find_spec("kiln"); print(s.origin if s else "")' 2>/dev/null)" \
+	  = "$(CURDIR)/python/kiln/__init__.py" || \
 	  $(PYTHON) -m pip install -q --no-build-isolation --no-deps -e python
 
 demo: install
