@@ -5,6 +5,7 @@ JOBS   ?= 2
 PYTEST_ARGS ?=
 
 .PHONY: setup build install demo test test-cpp test-python bench docs clean
+QUICK ?=
 
 setup:
 	bash tools/setup.sh
@@ -35,6 +36,12 @@ test-python: install
 	$(PYTHON) -m pytest -q tests/python $(PYTEST_ARGS)
 
 test: test-cpp test-python
+
+# Writes bench/results/<date>-<host>.json and regenerates docs/benchmarks.md
+# and docs/img/*.png. QUICK=1: smaller sizes, under 5 minutes.
+bench: install
+	@$(PYTHON) -c 'import matplotlib' 2>/dev/null || $(PYTHON) -m pip install -q matplotlib
+	$(PYTHON) bench/run_bench.py $(if $(QUICK),--quick,) --micro $(BUILD)/kiln_runtime_bench --report
 
 docs: install
 	$(PYTHON) -m kiln knobs --markdown > docs/knobs.md

@@ -290,6 +290,7 @@ std::vector<c10::IValue> host_arguments(const OpPlan& plan, const torch::jit::St
 
 void warn_or_fail_fallback(const OpPlan& plan) {
   Metrics::global().add(Counter::Fallbacks, plan.name);
+  log("fallback", plan.name + " runs on the host (no meta kernel)");
   switch (settings().fallback) {
     case FallbackPolicy::Error:
       TORCH_CHECK(false, plan.name, " has no way to run on ", settings().device_name,

@@ -31,6 +31,9 @@ void initialize() {
   runtime::Runtime::init(opts);
   pthread_atfork(nullptr, nullptr, &mark_bad_fork);
   g_initialized.store(true);
+  log("runtime", "started " + std::to_string(opts.device_count) + " device(s) '" + g_settings.device_name + "', " +
+                     std::to_string(g_settings.device_memory_mb) + " MiB each" +
+                     (opts.launch_blocking ? ", launch blocking" : ""));
 }
 
 bool is_initialized() { return g_initialized.load(std::memory_order_acquire); }
@@ -90,6 +93,7 @@ void synchronize(runtime::Device& dev, std::string_view reason) {
       queue.raise_pending_error();
     } catch (const runtime::LaunchError& e) {
       Metrics::global().add(Counter::Errors, e.launch_name);
+      log("runtime", std::string("delivering launch error at ") + std::string(reason) + ": " + e.what());
       throw;
     }
   });

@@ -33,7 +33,7 @@ namespace {
 enum Tag : int64_t { kTensor = 1, kUndefined, kInt, kDouble, kBool, kNone, kString, kIntList, kDoubleList, kBoolList,
                      kTensorList, kDevice, kGenerator, kComplex, kSymInt };
 
-void add_tensor(std::vector<int64_t>& key, const at::Tensor& t) {
+void add_tensor(std::vector<int64_t>& key, const at::Tensor& t, bool written = false) {
   if (!t.defined()) {
     key.push_back(kUndefined);
     return;
@@ -44,6 +44,9 @@ void add_tensor(std::vector<int64_t>& key, const at::Tensor& t) {
   key.push_back(t.dim());
   for (int64_t s : t.sizes()) key.push_back(s);
   for (int64_t s : t.strides()) key.push_back(s);
+  // A tensor the op writes keeps its offset (squeeze_, resize_ out=): the
+  // geometry recorded for it is absolute, so its offset is part of the key.
+  if (written) key.push_back(t.storage_offset());
 }
 
 int64_t bits(double d) {
@@ -54,9 +57,9 @@ int64_t bits(double d) {
 
 // Appends what the meta kernel can see of `v`. False when `v` is of a kind
 // this key does not describe (the call is then not cached).
-bool add_value(std::vector<int64_t>& key, const c10::IValue& v) {
+bool add_value(std::vector<int64_t>& key, const c10::IValue& v, bool written) {
   if (v.isTensor()) {
-    add_tensor(key, v.toTensor());
+    add_tensor(key, v.toTensor(), written);
   } else if (v.isInt()) {
     key.insert(key.end(), {kInt, v.toInt()});
   } else if (v.isDouble()) {
@@ -144,7 +147,9 @@ std::shared_ptr<const InferredShapes> infer_shapes(const c10::OperatorHandle& op
   std::vector<int64_t> key;
   key.reserve(64);
   bool cacheable = true;
-  for (size_t i = first; i < stack.size() && cacheable; ++i) cacheable = add_value(key, stack[i]);
+  for (size_t i = first; i < stack.size() && cacheable; ++i) {
+    cacheable = add_value(key, stack[i], mutable_arg[i - first]);
+  }
   if (!cacheable) return run_meta(op, mutable_arg, stack, first);
   const uint64_t hash = hash_key(key);
   if (auto hit = cache.find(key, hash)) return hit;

@@ -401,3 +401,18 @@ print('child status', os.waitstatus_to_exitcode(status))
 """
     r = run_python(code)
     assert "child status 0" in r.stdout, r.stdout + r.stderr
+
+
+def test_inplace_on_views_at_different_offsets(dev):
+    # Shape inference is memoized; a written view's offset must not leak between calls.
+    x = torch.zeros(5, 4)
+    d = x.to(dev)
+    for k in range(5):
+        x.narrow(0, k, 1).add_(k + 1)
+        d.narrow(0, k, 1).add_(k + 1)
+    assert torch.equal(d.cpu(), x)
+    for k in range(3):
+        v, w = d[k:k + 1], x[k:k + 1]
+        v.squeeze_(0)
+        w.squeeze_(0)
+        assert v.storage_offset() == w.storage_offset() and torch.equal(v.cpu(), w)

@@ -60,3 +60,14 @@ def test_docs_knobs_md_is_current():
     with open(os.path.join(REPO, "docs", "knobs.md")) as fh:
         committed = fh.read()
     assert generated.stdout == committed, "docs/knobs.md is stale: run `make docs`"
+
+
+def test_log_channels_print_to_stderr():
+    code = ("import torch, warnings; warnings.simplefilter('ignore'); x = torch.randn(4).to('neuron'); "
+            "torch.logcumsumexp(x, 0).cpu()")
+    r = run_python(code, env={"KILN_LOG": "runtime,fallback"})
+    assert r.returncode == 0, r.stderr
+    assert "[kiln:runtime] started 2 device(s)" in r.stderr
+    assert "[kiln:fallback] aten::_logcumsumexp runs on the host" in r.stderr
+    quiet = run_python(code)
+    assert "[kiln:" not in quiet.stderr

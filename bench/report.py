@@ -1,0 +1,196 @@
+"""Turns a bench/results/*.json into docs/benchmarks.md and docs/img/*.png.
+
+    python bench/report.py bench/results/<file>.json [--docs docs]
+"""
+import argparse
+import json
+import os
+
+
+def _ms(r):
+    return r["median_s"] * 1e3
+
+
+def _fmt_ms(r):
+    if "skipped" in r:
+        return "—"
+    spread = (r["max_s"] - r["min_s"]) / r["median_s"] * 100 if r["median_s"] else 0
+    return f"{_ms(r):.3f} (±{spread / 2:.0f}%)"
+
+
+def _speedup(base, other):
+    """How many times faster `other` is than `base` (>1: faster)."""
+    if "skipped" in base or "skipped" in other:
+        return "—"
+    return f"{base['median_s'] / other['median_s']:.2f}×"
+
+
+def _micro(data, name):
+    for b in data.get("micro", {}).get("benchmarks", []):
+        if b["name"] == name:
+            return b
+    return None
+
+
+def markdown(data, png_names):
+    m = data["machine"]
+    ran = [c for c in data["contenders"] if not c["reason"]]
+    lines = [
+        "# Benchmarks", "",
+        f"Produced by `make bench{' QUICK=1' if data['mode'] == 'quick' else ''}` on {data['date']} "
+        f"(mode: {data['mode']}, size scale {data['scale']}). Every number on this page comes from "
+        f"that one run: `bench/results/{os.path.basename(data.get('_file', ''))}`.", "",
+        f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_GiB']} GiB; Python {m['python']}, torch {m['torch']}; "
+        f"{m['threads']} intra-op threads for every contender (`torch.set_num_threads`; kiln's library kernels "
+        f"run on torch's thread pool).", "",
+        "Method: each workload is built per contender, run once (the *first call*, which includes "
+        "torch.compile's compilation), warmed up twice, then timed per iteration, synchronizing the device after "
+        "each; tables give the median and half the min–max spread. Ratios are speedups of the right-hand "
+        "contender over the left-hand one (>1× means kiln is faster), from the same run.", "",
+        "## Machine limits", "",
+        f"STREAM-like, on the CPU with all threads: copy **{data['stream']['copy_GBps']:.1f} GB/s**, "
+        f"triad **{data['stream']['triad_GBps']:.1f} GB/s** ({data['stream']['elements']:,} float32 per array).", "",
+    ]
+    # ---- launch overhead
+    storm = next((w for w in data["workloads"] if w["name"] == "small_op_storm"), None)
+    lines += ["## Launch overhead", ""]
+    if storm and storm.get("ops"):
+        ops = storm["ops"]
+        rows = []
+        for c in data["contenders"]:
+            r = storm["results"].get(c["key"], {})
+            if "median_s" in r:
+                rows.append(f"| {c['label']} | {r['median_s'] / ops * 1e6:.2f} |")
+        lines += [f"Per-op time in the small-op storm ({ops} dependent ops on 256-element float32 tensors, "
+                  "end to end including the final synchronization):", "",
+                  "| contender | µs per op |", "|---|---|"] + rows + [""]
+    empty = _micro(data, "BM_EmptyLaunchSync")
+    thr1 = _micro(data, "BM_QueueThroughput/1024/real_time/threads:1")
+    thr2 = _micro(data, "BM_QueueThroughput/1024/real_time/threads:2")
+    if empty:
+        lines.append(f"Runtime alone (C++, `bench/runtime_bench.cpp`): an empty launch plus synchronize takes "
+                     f"**{empty['real_time'] / 1e3 if empty['time_unit'] == 'ns' else empty['real_time']:.2f} µs**; "
+                     f"queue throughput is **{thr1['items_per_second'] / 1e6:.2f} M launches/s** from one thread"
+                     + (f" and {thr2['items_per_second'] / 1e6:.2f} M launches/s from two" if thr2 else "") + ".")
+        lines.append("")
+        lines += ["| micro-benchmark | time | throughput |", "|---|---|---|"]
+        for b in data["micro"]["benchmarks"]:
+            tp = ""
+            if "items_per_second" in b:
+                tp = f"{b['items_per_second'] / 1e6:.2f} M items/s"
+            elif "bytes_per_second" in b:
+                tp = f"{b['bytes_per_second'] / 1e9:.2f} GB/s"
+            lines.append(f"| `{b['name']}` | {b['real_time']:.1f} {b['time_unit']} | {tp} |")
+        lines.append("")
+    # ---- end to end
+    lines += ["## End-to-end workloads", "", "Median milliseconds per iteration:", ""]
+    header = "| workload | " + " | ".join(c["label"] for c in ran) + \
+             " | kiln eager vs eager CPU | kiln eager vs torch.compile | torch.compile first call (s) |"
+    lines += [header, "|" + "---|" * (len(ran) + 4)]
+    for w in data["workloads"]:
+        res = w["results"]
+        cells = [_fmt_ms(res.get(c["key"], {"skipped": ""})) for c in ran]
+        first = res.get("cpu_compile", {})
+        first_s = f"{first['first_s']:.1f}" if "first_s" in first else "—"
+        lines.append(f"| {w['name']} | " + " | ".join(cells) +
+                     f" | {_speedup(res.get('cpu_eager', {'skipped': 1}), res.get('kiln_eager', {'skipped': 1}))}"
+                     f" | {_speedup(res.get('cpu_compile', {'skipped': 1}), res.get('kiln_eager', {'skipped': 1}))}"
+                     f" | {first_s} |")
+    lines += ["", "Workloads:", ""] + [f"- `{w['name']}`: {w['description']}" for w in data["workloads"]] + [""]
+    skipped = {}
+    for w in data["workloads"]:
+        for key, r in w["results"].items():
+            if "skipped" in r:
+                skipped.setdefault((key, r["skipped"]), []).append(w["name"])
+    if skipped:
+        labels = {c["key"]: c["label"] for c in data["contenders"]}
+        lines += ["Contenders without numbers, and why:", "", "| contender | workloads | why |", "|---|---|---|"]
+        for (key, why), names in skipped.items():
+            which = "all" if len(names) == len(data["workloads"]) else ", ".join(names)
+            lines.append(f"| {labels.get(key, key)} | {which} | {why} |")
+        lines.append("")
+    # ---- bandwidth
+    triad = data["stream"]["triad_GBps"]
+    bw_rows = []
+    for w in data["workloads"]:
+        if not w.get("min_bytes"):
+            continue
+        for c in ran:
+            r = w["results"].get(c["key"], {})
+            if "median_s" in r:
+                gbps = w["min_bytes"] / r["median_s"] / 1e9
+                bw_rows.append(f"| {w['name']} | {c['label']} | {gbps:.1f} | {100 * gbps / triad:.0f}% |")
+    if bw_rows:
+        lines += ["## Achieved bandwidth of memory-bound workloads", "",
+                  "Bytes a fully fused kernel must move (read inputs once, write outputs once) divided by the "
+                  "median time, as a share of the triad bandwidth above:", "",
+                  "| workload | contender | GB/s | share of triad |", "|---|---|---|---|"] + bw_rows + [""]
+    if png_names:
+        lines += ["## Plots", ""] + [f"![{n}](img/{n})" for n in png_names] + [""]
+    return "\n".join(lines)
+
+
+def plots(data, img_dir):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return []
+    os.makedirs(img_dir, exist_ok=True)
+    ran = [c for c in data["contenders"] if not c["reason"]]
+    names = [w["name"] for w in data["workloads"]]
+    fig, ax = plt.subplots(figsize=(11, 5))
+    width = 0.8 / max(1, len(ran))
+    for i, c in enumerate(ran):
+        vals = [w["results"].get(c["key"], {}).get("median_s", float("nan")) * 1e3 for w in data["workloads"]]
+        ax.bar([x + i * width for x in range(len(names))], vals, width, label=c["label"])
+    ax.set_xticks([x + width * (len(ran) - 1) / 2 for x in range(len(names))], names, rotation=20, ha="right")
+    ax.set_yscale("log")
+    ax.set_ylabel("median ms per iteration (log)")
+    ax.set_title(f"End-to-end time by workload ({data['mode']} run, {data['date'][:10]})")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(os.path.join(img_dir, "e2e.png"), dpi=90)
+    plt.close(fig)
+    out = ["e2e.png"]
+    storm = next((w for w in data["workloads"] if w["name"] == "small_op_storm"), None)
+    if storm and storm.get("ops"):
+        labels, vals = [], []
+        for c in ran:
+            r = storm["results"].get(c["key"], {})
+            if "median_s" in r:
+                labels.append(c["label"])
+                vals.append(r["median_s"] / storm["ops"] * 1e6)
+        empty = _micro(data, "BM_EmptyLaunchSync")
+        if empty:
+            labels.append("kiln runtime alone\n(empty launch + sync)")
+            vals.append(empty["real_time"] / 1e3)
+        fig, ax = plt.subplots(figsize=(8, 4))
+        ax.barh(labels, vals, color="tab:orange")
+        ax.set_xlabel("µs per op")
+        ax.set_title("Per-op time on tiny tensors (small-op storm)")
+        fig.tight_layout()
+        fig.savefig(os.path.join(img_dir, "launch_overhead.png"), dpi=90)
+        plt.close(fig)
+        out.append("launch_overhead.png")
+    return out
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("result")
+    parser.add_argument("--docs", default=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                                       "docs"))
+    args = parser.parse_args(argv)
+    with open(args.result) as fh:
+        data = json.load(fh)
+    data["_file"] = args.result
+    pngs = plots(data, os.path.join(args.docs, "img"))
+    with open(os.path.join(args.docs, "benchmarks.md"), "w") as fh:
+        fh.write(markdown(data, pngs))
+    print(f"wrote {os.path.join(args.docs, 'benchmarks.md')}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,185 @@
+"""`make bench`: measures kiln against PyTorch eager CPU and torch.compile (CPU),
+side by side in one run, and the machine's memory bandwidth; writes
+bench/results/<date>-<host>.json. bench/report.py turns it into
+docs/benchmarks.md and docs/img/*.png.
+
+    python bench/run_bench.py [--quick] [--smoke] [--micro build/kiln_runtime_bench] [--out FILE]
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import workloads  # noqa: E402
+
+DEVICE = torch._C._get_privateuse1_backend_name()
+
+
+def _identity(fn):
+    return fn
+
+
+def _compiled(fn):
+    return torch.compile(fn)
+
+
+NOT_BUILT = "not built yet: lazy micro-traces, fusion and LLVM codegen are issue 4"
+NO_CACHE = "not built yet: the persistent executable cache comes after issue 4"
+
+# (key, label, device, compile function or None, reason it cannot run)
+CONTENDERS = [
+    ("cpu_eager", "PyTorch eager, CPU", "cpu", _identity, None),
+    ("cpu_compile", "torch.compile (Inductor), CPU", "cpu", _compiled, None),
+    ("kiln_eager", "kiln eager (KILN_MODE=eager)", DEVICE, _identity, None),
+    ("kiln_lazy", "kiln lazy", DEVICE, None, NOT_BUILT),
+    ("kiln_lazy_cold", "kiln lazy, cold cache", DEVICE, None, NO_CACHE),
+    ("kiln_lazy_warm", "kiln lazy, warm cache", DEVICE, None, NO_CACHE),
+]
+
+
+def _sync(device):
+    if device != "cpu":
+        getattr(torch, device).synchronize()
+
+
+def measure(workload, device, compile_fn, scale, reps, budget_s):
+    """Returns {first_s, median_s, min_s, max_s, reps} for one workload on one contender."""
+    torch.manual_seed(0)
+    if compile_fn is _compiled:
+        torch._dynamo.reset()
+    step = workload.build(device, scale, compile_fn)
+    t0 = time.perf_counter()
+    step()
+    _sync(device)
+    first = time.perf_counter() - t0
+    # warm-up: a steady state needs a few more iterations (compilation of
+    # backward graphs, optimizer state, caches)
+    for _ in range(2):
+        step()
+    _sync(device)
+    times = []
+    deadline = time.perf_counter() + budget_s
+    while len(times) < reps and (len(times) < 3 or time.perf_counter() < deadline):
+        t0 = time.perf_counter()
+        step()
+        _sync(device)
+        times.append(time.perf_counter() - t0)
+    return {"first_s": first, "median_s": statistics.median(times), "min_s": min(times), "max_s": max(times),
+            "reps": len(times)}
+
+
+def stream_bandwidth(elements, reps=5):
+    """STREAM-like copy and triad on the CPU, all threads: best GB/s of `reps`."""
+    a = torch.zeros(elements)
+    b = torch.rand(elements)
+    c = torch.rand(elements)
+    best_copy = best_triad = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        a.copy_(b)
+        best_copy = min(best_copy, time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        torch.add(b, c, alpha=3.0, out=a)
+        best_triad = min(best_triad, time.perf_counter() - t0)
+    return {"elements": elements, "copy_GBps": 2 * 4 * elements / best_copy / 1e9,
+            "triad_GBps": 3 * 4 * elements / best_triad / 1e9}
+
+
+def micro_benchmarks(binary, quick):
+    """The C++ Google Benchmark results (runtime launch overhead, throughput, copies, allocation)."""
+    if not binary or not os.path.exists(binary):
+        return {"error": f"micro-benchmark binary not found: {binary}"}
+    args = [binary, "--benchmark_format=json", f"--benchmark_min_time={0.02 if quick else 0.2}"]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    if out.returncode != 0:
+        return {"error": out.stderr[-2000:]}
+    data = json.loads(out.stdout)
+    return {"context": data.get("context", {}), "benchmarks": [
+        {k: b[k] for k in ("name", "real_time", "cpu_time", "time_unit", "items_per_second", "bytes_per_second")
+         if k in b} for b in data["benchmarks"]]}
+
+
+def machine():
+    cpu = "unknown"
+    try:
+        with open("/proc/cpuinfo") as fh:
+            cpu = next(l.split(":", 1)[1].strip() for l in fh if l.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {"host": socket.gethostname(), "cpu": cpu, "cores": os.cpu_count(),
+            "memory_GiB": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+            "python": platform.python_version(), "torch": torch.__version__, "threads": torch.get_num_threads()}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repetitions (< 5 minutes)")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, no torch.compile: checks that it runs")
+    parser.add_argument("--micro", default="build/kiln_runtime_bench")
+    parser.add_argument("--out", default=None)
+    parser.add_argument("--only", default=None, help="comma-separated workload names")
+    parser.add_argument("--report", action="store_true", help="then regenerate docs/benchmarks.md and docs/img")
+    args = parser.parse_args(argv)
+
+    threads = os.cpu_count() or 1
+    torch.set_num_threads(threads)  # the same for every contender; kiln's kernels use torch's pool
+    scale = 0.002 if args.smoke else (0.25 if args.quick else 1.0)
+    reps = 2 if args.smoke else (5 if args.quick else 15)
+    budget = 0.5 if args.smoke else (4.0 if args.quick else 20.0)
+    mode = "smoke" if args.smoke else ("quick" if args.quick else "full")
+
+    result = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "mode": mode, "scale": scale,
+              "machine": machine(), "workloads": [], "contenders": [
+                  {"key": k, "label": l, "reason": r} for k, l, _, _, r in CONTENDERS]}
+    result["stream"] = stream_bandwidth(1 << 16 if args.smoke else (1 << 24 if args.quick else 1 << 26))
+    print(f"memory bandwidth: copy {result['stream']['copy_GBps']:.1f} GB/s, "
+          f"triad {result['stream']['triad_GBps']:.1f} GB/s", flush=True)
+    result["micro"] = {} if args.smoke else micro_benchmarks(args.micro, args.quick)
+
+    names = set(args.only.split(",")) if args.only else None
+    for w in workloads.WORKLOADS:
+        if names and w.name not in names:
+            continue
+        row = {"name": w.name, "description": w.description, "results": {},
+               "min_bytes": w.min_bytes(scale) if w.min_bytes else None, "ops": w.ops(scale) if w.ops else None}
+        for key, label, device, compile_fn, reason in CONTENDERS:
+            if reason is not None:
+                row["results"][key] = {"skipped": reason}
+                continue
+            if args.smoke and compile_fn is _compiled:
+                row["results"][key] = {"skipped": "not run in the smoke test (compilation takes minutes)"}
+                continue
+            try:
+                r = measure(w, device, compile_fn, scale, reps, budget)
+                row["results"][key] = r
+                print(f"{w.name:20s} {key:14s} median {r['median_s'] * 1e3:9.3f} ms  "
+                      f"(first {r['first_s'] * 1e3:9.1f} ms, {r['reps']} reps)", flush=True)
+            except Exception as e:  # a contender that cannot run this workload gets a row saying why
+                traceback.print_exc()
+                row["results"][key] = {"skipped": f"failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}"}
+        result["workloads"].append(row)
+
+    out = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
+                                   f"{datetime.date.today().isoformat()}-{socket.gethostname()}.json")
+    os.makedirs(os.path.dirname(out), exist_ok=True)
+    with open(out, "w") as fh:
+        json.dump(result, fh, indent=1)
+    print(f"wrote {out}")
+    if args.report:
+        import report
+        report.main([out])
+    return out
+
+
+if __name__ == "__main__":
+    main()
