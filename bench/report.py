@@ -44,7 +44,8 @@ def markdown(data, png_names):
         f"{m['threads']} intra-op threads for every contender (`torch.set_num_threads`; kiln's library kernels "
         f"run on torch's thread pool).", "",
         "Method: each workload is built per contender, run once (the *first call*, which includes "
-        "torch.compile's compilation), warmed up twice, then timed per iteration, synchronizing the device after "
+        f"torch.compile's compilation), warmed up for at least 3 iterations and {data.get('warmup_s', 0)} s, then "
+        f"timed per iteration (up to {data.get('reps', '?')} iterations), synchronizing the device after "
         "each; tables give the median and half the min–max spread. Ratios are speedups of the right-hand "
         "contender over the left-hand one (>1× means kiln is faster), from the same run.", "",
         "## Machine limits", "",

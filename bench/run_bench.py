@@ -52,7 +52,7 @@ def _sync(device):
         getattr(torch, device).synchronize()
 
 
-def measure(workload, device, compile_fn, scale, reps, budget_s):
+def measure(workload, device, compile_fn, scale, reps, budget_s, warmup_s):
     """Returns {first_s, median_s, min_s, max_s, reps} for one workload on one contender."""
     torch.manual_seed(0)
     if compile_fn is _compiled:
@@ -62,11 +62,15 @@ def measure(workload, device, compile_fn, scale, reps, budget_s):
     step()
     _sync(device)
     first = time.perf_counter() - t0
-    # warm-up: a steady state needs a few more iterations (compilation of
-    # backward graphs, optimizer state, caches)
-    for _ in range(2):
+    # Warm-up until a steady state: backward graphs compile, optimizer state
+    # appears, and allocators settle (glibc's malloc hands the first large
+    # blocks back to the OS, so early CPU-eager iterations page-fault).
+    warm_until = time.perf_counter() + warmup_s
+    for i in range(1000):
         step()
-    _sync(device)
+        _sync(device)
+        if i >= 2 and time.perf_counter() > warm_until:
+            break
     times = []
     deadline = time.perf_counter() + budget_s
     while len(times) < reps and (len(times) < 3 or time.perf_counter() < deadline):
@@ -136,9 +140,11 @@ def main(argv=None):
     scale = 0.002 if args.smoke else (0.25 if args.quick else 1.0)
     reps = 2 if args.smoke else (5 if args.quick else 15)
     budget = 0.5 if args.smoke else (4.0 if args.quick else 20.0)
+    warmup = 0.0 if args.smoke else (0.3 if args.quick else 1.0)
     mode = "smoke" if args.smoke else ("quick" if args.quick else "full")
 
     result = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "mode": mode, "scale": scale,
+              "warmup_s": warmup, "reps": reps,
               "machine": machine(), "workloads": [], "contenders": [
                   {"key": k, "label": l, "reason": r} for k, l, _, _, r in CONTENDERS]}
     result["stream"] = stream_bandwidth(1 << 16 if args.smoke else (1 << 24 if args.quick else 1 << 26))
@@ -160,7 +166,7 @@ def main(argv=None):
                 row["results"][key] = {"skipped": "not run in the smoke test (compilation takes minutes)"}
                 continue
             try:
-                r = measure(w, device, compile_fn, scale, reps, budget)
+                r = measure(w, device, compile_fn, scale, reps, budget, warmup)
                 row["results"][key] = r
                 print(f"{w.name:20s} {key:14s} median {r['median_s'] * 1e3:9.3f} ms  "
                       f"(first {r['first_s'] * 1e3:9.1f} ms, {r['reps']} reps)", flush=True)

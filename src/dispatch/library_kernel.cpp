@@ -19,206 +19,21 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
-#include <atomic>
 #include <mutex>
-#include <shared_mutex>
-#include <unordered_map>
 #include <unordered_set>
 
 #include "dispatch/generator.h"
 #include "dispatch/neuron.h"
+#include "dispatch/op_plan.h"
 #include "dispatch/shape_inference.h"
 #include "dispatch/tensor_alias.h"
 
 namespace kiln::dispatch {
 namespace {
 
-enum class Path { View, Async, Host };
-
 // Sync-point reason of the shape-inference check (one per op signature: too
 // many to name each op in the report).
 constexpr std::string_view kFirstCall = "first call of an op signature";
-
-// Ops whose output shape depends on input values. They have no meta kernel
-// (there is no shape to infer), yet are ordinary device work, not fallbacks.
-const std::unordered_set<std::string> kDataDependentOps = {
-    "aten::nonzero", "aten::masked_select", "aten::unique_dim", "aten::_unique", "aten::_unique2",
-    "aten::unique_consecutive", "aten::unique_dim_consecutive", "aten::repeat_interleave",
-    "aten::_ctc_loss", "aten::bincount", "aten::histogram", "aten::_histogramdd_bin_edges",
-    "aten::_histogramdd_from_bin_cts", "aten::_histogramdd_from_bin_tensors",
-};
-
-// What the dispatcher learns once about an operator from its schema.
-struct OpPlan {
-  std::string name;                      // "aten::add.Tensor"
-  Path path = Path::Async;
-  bool is_fallback = false;              // no meta kernel: runs on the host
-  const char* host_reason = "";          // Path::Host: the sync point's reason
-  std::vector<int> return_alias_arg;     // per return: argument it aliases, or -1 (fresh)
-  std::vector<bool> mutable_arg;         // per argument
-  std::vector<bool> generator_arg;       // per argument
-  std::optional<c10::OperatorHandle> out_variant;  // writes fresh outputs in place
-  // Some CPU out= kernels resize their output on the way (mse_loss computes
-  // the unreduced loss in it first), which exact-size device outputs cannot
-  // take. Set the first time that happens; the op then runs functionally.
-  mutable std::atomic<bool> out_variant_failed{false};
-  mutable ShapeCache shapes;
-
-  // Meta kernels occasionally disagree with the CPU kernel (another dtype
-  // for an output). The first call of each argument signature runs on the
-  // host and checks the meta result against the CPU result; later calls go
-  // asynchronous only if they agreed.
-  enum class Verdict { Unknown, Agrees, Disagrees };
-  Verdict verdict(uint64_t signature) const {
-    std::lock_guard<std::mutex> lock(verdict_mu);
-    auto it = verdicts.find(signature);
-    return it == verdicts.end() ? Verdict::Unknown : it->second;
-  }
-  void set_verdict(uint64_t signature, Verdict v) const {
-    std::lock_guard<std::mutex> lock(verdict_mu);
-    verdicts[signature] = v;
-  }
-  mutable std::mutex verdict_mu;
-  mutable std::unordered_map<uint64_t, Verdict> verdicts;
-};
-
-// What decides an op's output dtypes and ranks: each argument's kind, each
-// flag's value (batch norm's `training` changes its outputs' shapes), and
-// each tensor's dtype and rank.
-uint64_t argument_signature(const torch::jit::Stack& stack, size_t first) {
-  uint64_t h = 1469598103934665603ull;
-  auto mix = [&](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
-  for (size_t i = first; i < stack.size(); ++i) {
-    const c10::IValue& v = stack[i];
-    mix(v.isTensor() ? 1 : v.isDouble() ? 2 : v.isInt() ? 3 : v.isBool() ? 4 + v.toBool() : v.isComplexDouble() ? 6
-        : v.isNone() ? 7 : 8);
-    for_each_tensor(v, [&](const at::Tensor& t) {
-      mix(static_cast<uint64_t>(t.scalar_type()) + 64 * static_cast<uint64_t>(t.dim()) +
-          4096 * static_cast<uint64_t>(t.is_cpu()));
-    });
-  }
-  return h;
-}
-
-bool same_geometry(const c10::IValue& device_result, const c10::IValue& meta_result) {
-  if (device_result.isTensor() != meta_result.isTensor()) return false;
-  if (device_result.isTensor()) {
-    const at::Tensor& d = device_result.toTensor();
-    const at::Tensor& m = meta_result.toTensor();
-    if (d.defined() != m.defined()) return false;
-    return !d.defined() || (d.sizes() == m.sizes() && d.scalar_type() == m.scalar_type());
-  }
-  if (device_result.isTensorList() && meta_result.isTensorList()) {
-    auto d = device_result.toTensorList();
-    auto m = meta_result.toTensorList();
-    if (d.size() != m.size()) return false;
-    for (size_t k = 0; k < d.size(); ++k) {
-      if (!same_geometry(d.get(k), m.get(k))) return false;
-    }
-  }
-  return true;
-}
-
-bool same_alias_set(const c10::AliasInfo& a, const c10::AliasInfo& b) {
-  for (const auto& s : a.beforeSets()) {
-    if (b.beforeSets().count(s)) return true;
-  }
-  return false;
-}
-
-bool is_generator_type(const c10::TypePtr& type) {
-  if (type->kind() == c10::TypeKind::GeneratorType) return true;
-  auto opt = type->cast<c10::OptionalType>();
-  return opt && opt->getElementType()->kind() == c10::TypeKind::GeneratorType;
-}
-
-// The functional op's `.out` overload when its schema is exactly the
-// functional arguments followed by one out tensor per returned tensor.
-std::optional<c10::OperatorHandle> find_out_variant(const c10::FunctionSchema& schema) {
-  if (schema.returns().empty()) return std::nullopt;
-  for (const auto& r : schema.returns()) {
-    if (r.type()->kind() != c10::TypeKind::TensorType || r.alias_info()) return std::nullopt;
-  }
-  const std::string& overload = schema.overload_name();
-  std::vector<std::string> candidates = overload.empty() ? std::vector<std::string>{"out"}
-                                                         : std::vector<std::string>{overload + "_out", "out"};
-  for (const auto& cand : candidates) {
-    auto handle = c10::Dispatcher::singleton().findOp({schema.name(), cand});
-    if (!handle) continue;
-    const auto& out = handle->schema();
-    const size_t n = schema.arguments().size();
-    if (out.arguments().size() != n + schema.returns().size()) continue;
-    bool ok = true;
-    for (size_t i = 0; i < n && ok; ++i) {
-      ok = out.arguments()[i].name() == schema.arguments()[i].name() &&
-           *out.arguments()[i].type() == *schema.arguments()[i].type();
-    }
-    for (size_t i = n; i < out.arguments().size() && ok; ++i) {
-      const auto& a = out.arguments()[i];
-      ok = a.type()->kind() == c10::TypeKind::TensorType && a.alias_info() && a.alias_info()->isWrite();
-    }
-    if (ok && handle->hasKernelForDispatchKey(c10::DispatchKey::CPU)) return handle;
-  }
-  return std::nullopt;
-}
-
-std::unique_ptr<OpPlan> make_plan(const c10::OperatorHandle& op) {
-  const auto& schema = op.schema();
-  auto owned = std::make_unique<OpPlan>();
-  OpPlan& plan = *owned;
-  plan.name = schema.name() + (schema.overload_name().empty() ? "" : "." + schema.overload_name());
-  const auto& args = schema.arguments();
-  for (const auto& a : args) {
-    plan.mutable_arg.push_back(a.alias_info() && a.alias_info()->isWrite());
-    plan.generator_arg.push_back(is_generator_type(a.type()));
-  }
-  bool any_view_return = false, any_host_value = false;
-  for (const auto& r : schema.returns()) {
-    int alias_arg = -1;
-    if (r.alias_info()) {
-      for (size_t i = 0; i < args.size(); ++i) {
-        if (args[i].alias_info() && same_alias_set(*r.alias_info(), *args[i].alias_info())) alias_arg = int(i);
-      }
-      if (!r.alias_info()->isWrite()) any_view_return = true;
-    }
-    plan.return_alias_arg.push_back(alias_arg);
-    auto kind = r.type()->kind();
-    bool tensorish = kind == c10::TypeKind::TensorType ||
-                     (kind == c10::TypeKind::ListType &&
-                      r.type()->containedType(0)->kind() == c10::TypeKind::TensorType);
-    if (!tensorish) any_host_value = true;
-  }
-  const bool has_meta = op.hasKernelForDispatchKey(c10::DispatchKey::Meta);
-  if (any_view_return) {
-    plan.path = Path::View;
-  } else if (!has_meta) {
-    plan.path = Path::Host;
-    plan.is_fallback = kDataDependentOps.count(schema.name()) == 0;
-    plan.host_reason = plan.is_fallback ? "fallback" : "data-dependent shape";
-  } else if (any_host_value) {
-    plan.path = Path::Host;
-    plan.host_reason = "host value";
-  } else {
-    plan.path = Path::Async;
-    plan.out_variant = find_out_variant(schema);
-  }
-  return owned;
-}
-
-const OpPlan& plan_for(const c10::OperatorHandle& op) {
-  static std::shared_mutex mu;
-  static std::unordered_map<c10::OperatorName, std::unique_ptr<OpPlan>> plans;
-  const auto& name = op.operator_name();
-  {
-    std::shared_lock lock(mu);
-    auto it = plans.find(name);
-    if (it != plans.end()) return *it->second;
-  }
-  auto plan = make_plan(op);
-  std::unique_lock lock(mu);
-  auto [it, inserted] = plans.emplace(name, std::move(plan));
-  return *it->second;
-}
 
 // ------------------------------------------------------------ device checks
 

@@ -1,0 +1,69 @@
+// What the dispatcher learns once about an operator, from its schema and
+// its registered kernels: which path the library kernel takes, which
+// arguments it writes, its out= overload. Plans are made on first use and
+// live for the process.
+#pragma once
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+
+#include <atomic>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "dispatch/shape_inference.h"
+
+namespace kiln::dispatch {
+
+// view: returns an alias of an input; async: launched with meta-inferred
+// outputs; host: drains the queue and runs on the calling thread.
+enum class Path { View, Async, Host };
+
+// What the dispatcher learns once about an operator from its schema.
+struct OpPlan {
+  std::string name;                      // "aten::add.Tensor"
+  Path path = Path::Async;
+  bool is_fallback = false;              // no meta kernel: runs on the host
+  const char* host_reason = "";          // Path::Host: the sync point's reason
+  std::vector<int> return_alias_arg;     // per return: argument it aliases, or -1 (fresh)
+  std::vector<bool> mutable_arg;         // per argument
+  std::vector<bool> generator_arg;       // per argument
+  std::optional<c10::OperatorHandle> out_variant;  // writes fresh outputs in place
+  // Some CPU out= kernels resize their output on the way (mse_loss computes
+  // the unreduced loss in it first), which exact-size device outputs cannot
+  // take. Set the first time that happens; the op then runs functionally.
+  mutable std::atomic<bool> out_variant_failed{false};
+  mutable ShapeCache shapes;
+
+  // Meta kernels occasionally disagree with the CPU kernel (another dtype
+  // for an output). The first call of each argument signature runs on the
+  // host and checks the meta result against the CPU result; later calls go
+  // asynchronous only if they agreed.
+  enum class Verdict { Unknown, Agrees, Disagrees };
+  Verdict verdict(uint64_t signature) const {
+    std::lock_guard<std::mutex> lock(verdict_mu);
+    auto it = verdicts.find(signature);
+    return it == verdicts.end() ? Verdict::Unknown : it->second;
+  }
+  void set_verdict(uint64_t signature, Verdict v) const {
+    std::lock_guard<std::mutex> lock(verdict_mu);
+    verdicts[signature] = v;
+  }
+  mutable std::mutex verdict_mu;
+  mutable std::unordered_map<uint64_t, Verdict> verdicts;
+};
+
+const OpPlan& plan_for(const c10::OperatorHandle& op);
+
+// What decides an op's output dtypes and ranks (the unit of the meta-vs-CPU
+// check): each argument's kind, each flag's value, each tensor's dtype and rank.
+uint64_t argument_signature(const torch::jit::Stack& stack, size_t first);
+
+// Whether a result computed by the CPU kernel has the sizes and dtypes its
+// meta kernel predicted.
+bool same_geometry(const c10::IValue& device_result, const c10::IValue& meta_result);
+
+}  // namespace kiln::dispatch
