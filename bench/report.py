@@ -46,7 +46,8 @@ def markdown(data, png_names):
         "Method: each workload is built per contender, run once (the *first call*, which includes "
         f"torch.compile's compilation), warmed up for at least 3 iterations and {data.get('warmup_s', 0)} s, then "
         f"timed per iteration (up to {data.get('reps', '?')} iterations), synchronizing the device after "
-        "each; tables give the median and half the min–max spread. Ratios are speedups of the right-hand "
+        "each; tables give the median and half the min–max spread. torch.compile compiles cold (a fresh Inductor "
+        "cache directory per run). The C++ micro-benchmarks run after the end-to-end workloads. Ratios are speedups of the right-hand "
         "contender over the left-hand one (>1× means kiln is faster), from the same run.", "",
         "## Machine limits", "",
         f"STREAM-like, on the CPU with all threads: copy **{data['stream']['copy_GBps']:.1f} GB/s**, "
