@@ -45,7 +45,7 @@ NO_CACHE = "not built yet: the persistent executable cache comes after issue 4"
 CONTENDERS = [
     ("cpu_eager", "PyTorch eager, CPU", "cpu", _identity, None),
     ("cpu_compile", "torch.compile (Inductor), CPU", "cpu", _compiled, None),
-    ("kiln_eager", "kiln eager (KILN_MODE=eager)", DEVICE, _identity, None),
+    ("kiln_eager", "kiln eager (one launch per op)", DEVICE, _identity, None),
     ("kiln_lazy", "kiln lazy", DEVICE, None, NOT_BUILT),
     ("kiln_lazy_cold", "kiln lazy, cold cache", DEVICE, None, NO_CACHE),
     ("kiln_lazy_warm", "kiln lazy, warm cache", DEVICE, None, NO_CACHE),

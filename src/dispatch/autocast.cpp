@@ -13,12 +13,12 @@ TORCH_LIBRARY_IMPL(_, AutocastPrivateUse1, m) { m.fallback(torch::CppFunction::m
 
 TORCH_LIBRARY_IMPL(aten, AutocastPrivateUse1, m) {
   using namespace at::autocast;
-#define KILN_LOWER_PRECISION(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, lower_precision_fp)
-#define KILN_FP32(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, fp32)
-  AT_FORALL_LOWER_PRECISION_FP(KILN_LOWER_PRECISION)
-  AT_FORALL_FP32(KILN_FP32)
-#undef KILN_LOWER_PRECISION
-#undef KILN_FP32
+#define POLICY_LOWER_PRECISION(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, lower_precision_fp)
+#define POLICY_FP32(...) KERNEL_PRIVATEUSEONE(__VA_ARGS__, fp32)
+  AT_FORALL_LOWER_PRECISION_FP(POLICY_LOWER_PRECISION)
+  AT_FORALL_FP32(POLICY_FP32)
+#undef POLICY_LOWER_PRECISION
+#undef POLICY_FP32
 }
 
 }  // namespace kiln::dispatch
