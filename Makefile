@@ -10,12 +10,12 @@ QUICK ?=
 setup:
 	bash tools/setup.sh
 
-$(BUILD)/build.ninja:
-	cmake -S . -B $(BUILD) -G Ninja \
+# Configured every time (a few seconds): the options are explicit, so a build
+# folder configured by hand with other options gets what `make` needs.
+build: setup
+	cmake -S . -B $(BUILD) -G Ninja -DKILN_BUILD_EXTENSION=ON -DKILN_BUILD_TESTS=ON -DKILN_BUILD_BENCH=ON \
 	  -DCMAKE_PREFIX_PATH="$$($(PYTHON) -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')" \
-	  -DPython3_EXECUTABLE="$$(command -v $(PYTHON))"
-
-build: setup $(BUILD)/build.ninja
+	  -DPython3_EXECUTABLE="$$(command -v $(PYTHON))" > /dev/null
 	cmake --build $(BUILD) -j $(JOBS)
 
 # Editable install: registers the torch.backends entry point (autoload) and

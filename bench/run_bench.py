@@ -183,6 +183,8 @@ def main(argv=None):
     # fresh large temporaries page-fault several times slower right after it
     # (measured: pointwise chain 8 ms before, 38 ms after).
     result["micro"] = {} if args.smoke else micro_benchmarks(args.micro, args.quick)
+    if "error" in result["micro"]:
+        raise SystemExit(f"runtime micro-benchmarks failed: {result['micro']['error']}")
 
     out = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
                                    f"{datetime.date.today().isoformat()}-{socket.gethostname()}.json")
