@@ -27,9 +27,8 @@ at::Tensor empty_device(c10::IntArrayRef sizes, c10::IntArrayRef strides, c10::S
 }
 
 at::Tensor host_alias(const at::Tensor& t) {
-  c10::Storage s(c10::Storage::use_byte_size_t(), t.storage().nbytes(),
-                 c10::DataPtr(const_cast<void*>(t.storage().data()), c10::Device(c10::kCPU)), nullptr, false);
-  return tensor_on_storage(s, c10::DispatchKey::CPU, t);
+  AliasSet one(c10::DispatchKey::CPU);
+  return one.alias(t);
 }
 
 void resize_device_storage(const c10::Storage& storage, size_t nbytes) {
@@ -124,7 +123,6 @@ at::Tensor& set_empty(at::Tensor& self) {
   c10::Storage storage(c10::Storage::use_byte_size_t(), 0, c10::GetAllocator(c10::kPrivateUse1), true);
   return at::cpu::set_(self, storage, 0, {0}, {});
 }
-
 
 c10::Scalar local_scalar_dense(const at::Tensor& self) {
   runtime::Device& dev = device(self.device().index());
