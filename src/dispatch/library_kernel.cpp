@@ -96,7 +96,9 @@ std::vector<c10::IValue> host_arguments(const OpPlan& plan, const torch::jit::St
     }
     c10::IValue mapped = map_tensors(v, [&](const at::Tensor& t) {
       if (t.device().type() == c10::kPrivateUse1) return aliases.alias(t);
-      return snapshot_cpu ? t.clone() : t;
+      // Python numbers arrive as fresh wrapped 0-dim tensors nobody else
+      // holds; other CPU tensors may change before the launch runs.
+      return snapshot_cpu && !t.unsafeGetTensorImpl()->is_wrapped_number() ? t.clone() : t;
     });
     out.push_back(to_host_device_arg(mapped, c10::kCPU));
   }
@@ -288,7 +290,7 @@ void run_async(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::St
   }
   if (plan.out_variant && all_defined && !plan.out_variant_failed.load(std::memory_order_relaxed)) {
     enqueue(dev, plan.name, [&plan, op, args = std::move(args), fresh = std::move(fresh)]() mutable {
-      std::vector<c10::IValue> out_args = args;
+      std::vector<c10::IValue> out_args = args;  // the boxed call consumes its stack; args serve a retry
       for (auto& f : fresh) out_args.push_back(f);
       std::vector<Geometry> planned;
       for (auto& f : fresh) planned.push_back(Geometry::of(f.toTensor()));
