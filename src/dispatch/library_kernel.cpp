@@ -237,8 +237,13 @@ void run_async(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::St
     return;
   }
   const std::vector<c10::IValue>& meta_stack = shapes->returns;
-  const uint64_t signature = argument_signature(*stack, first);
-  switch (plan.verdict(signature)) {
+  auto verdict = static_cast<OpPlan::Verdict>(shapes->verdict.load(std::memory_order_relaxed));
+  const uint64_t signature = verdict == OpPlan::Verdict::Unknown ? argument_signature(*stack, first) : 0;
+  if (verdict == OpPlan::Verdict::Unknown) {
+    verdict = plan.verdict(signature);
+    if (verdict != OpPlan::Verdict::Unknown) shapes->verdict.store(static_cast<int>(verdict));
+  }
+  switch (verdict) {
     case OpPlan::Verdict::Disagrees:
       run_on_host(op, plan, stack, first, index, "meta kernel disagrees with CPU");
       return;

@@ -73,12 +73,7 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("memory_stats", &memory_stats, py::arg("index"));
   m.def("reset_peak_memory_stats", [](int index) { device(index).memory().reset_peak_stats(); });
-  m.def("empty_cache", [] {
-    for (c10::DeviceIndex i = 0; i < device_count(); ++i) {
-      synchronize(device(i), "empty_cache");
-      device(i).memory().empty_cache();
-    }
-  });
+  m.def("empty_cache", [] { c10::getDeviceAllocator(c10::kPrivateUse1)->emptyCache(); });
   m.def("default_generator", [](int index) {
     return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(default_generator(index)));
   });

@@ -11,6 +11,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -36,6 +37,9 @@ struct Geometry {
 struct InferredShapes {
   std::vector<c10::IValue> returns;             // meta tensors (or lists) per return
   std::vector<std::optional<Geometry>> written; // per argument: geometry after the op, if it writes it
+  // The op plan's meta-vs-CPU verdict for these arguments, once known (0 =
+  // not yet): the cache key determines it, so a cache hit skips recomputing it.
+  mutable std::atomic<int> verdict{0};
 };
 
 class ShapeCache {
