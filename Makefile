@@ -14,7 +14,7 @@ setup:
 # folder configured by hand with other options gets what `make` needs.
 build: setup
 	cmake -S . -B $(BUILD) -G Ninja -DKILN_BUILD_EXTENSION=ON -DKILN_BUILD_TESTS=ON -DKILN_BUILD_BENCH=ON \
-	  -DCMAKE_PREFIX_PATH="$$($(PYTHON) -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')" \
+	  -DCMAKE_PREFIX_PATH="$$(TORCH_DEVICE_BACKEND_AUTOLOAD=0 $(PYTHON) -c 'import torch.utils; print(torch.utils.cmake_prefix_path)')" \
 	  -DPython3_EXECUTABLE="$$(command -v $(PYTHON))" > /dev/null
 	cmake --build $(BUILD) -j $(JOBS)
 

@@ -1,0 +1,50 @@
+// Codegen: Kernel IR -> LLVM IR -> optimized relocatable object -> code
+// loaded through ORC. The only layer that includes LLVM (in src/codegen).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kiln/kernel_ir.h"
+
+namespace kiln::codegen {
+
+// Every compiled kernel has this signature. `begin`/`end` are a range of work
+// units (elements of a pointwise kernel, rows of a row kernel), so a launch
+// can split its space over threads.
+using KernelFn = void (*)(void* const* buffers, const int64_t* ints, const double* scalars, int64_t begin,
+                          int64_t end);
+
+struct Options {
+  bool fast_math = false;  // KILN_FAST_MATH: reassociation, contraction, approximate functions
+};
+
+// What changes the machine code besides the IR: kiln's codegen version, LLVM
+// version, target triple, host CPU name and features, options. Part of every
+// executable key: an object built for another CPU would crash here.
+std::string environment_fingerprint(const Options& options);
+
+struct CompiledObject {
+  std::string object;   // relocatable ELF object bytes (what a persistent cache stores)
+  std::string llvm_ir;  // optimized LLVM IR text, only when asked for (KILN_DUMP_DIR)
+  double compile_ms = 0;
+};
+
+// Compiles `kernel` into an object defining `symbol`. Throws
+// std::runtime_error naming what LLVM rejected.
+CompiledObject compile(const ir::Kernel& kernel, const std::string& symbol, const Options& options,
+                       bool want_ir = false);
+
+// Code loaded into the process. Unloads when destroyed.
+class LoadedKernel {
+ public:
+  virtual ~LoadedKernel() = default;
+  KernelFn fn = nullptr;
+};
+
+// Loads an object produced by compile() and resolves `symbol`. Throws
+// std::runtime_error when the object is malformed or the symbol is missing.
+std::unique_ptr<LoadedKernel> load(const std::string& object, const std::string& symbol);
+
+}  // namespace kiln::codegen

@@ -1,0 +1,609 @@
+// Kernel IR -> LLVM IR. One function per kernel, with the KernelFn signature.
+//
+// Values live in registers as: bool i1, integers iN, float16/bfloat16 as
+// their i16 bits (rounded after every op, as eager rounds every op's result),
+// float32/float64 natively. Memory is addressed by element offsets computed
+// from the runtime sizes and strides; an access whose innermost stride is 1
+// or 0 is specialized so that the loop vectorizer sees consecutive or uniform
+// loads. The optimizer cleans up what is emitted plainly here (allocas for
+// accumulators, loop-invariant row values).
+#include "codegen/lower_to_llvm.h"
+
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Intrinsics.h>
+#include <llvm/IR/Module.h>
+#include <llvm/IR/Verifier.h>
+#include <llvm/Support/raw_ostream.h>
+
+#include <functional>
+#include <limits>
+#include <stdexcept>
+
+namespace kiln::codegen {
+namespace {
+
+using ir::DType;
+using ir::Op;
+using llvm::Value;
+
+class Lowering {
+ public:
+  Lowering(const ir::Kernel& k, llvm::Module& m, bool fast_math)
+      : k_(k), m_(m), ctx_(m.getContext()), b_(ctx_), fast_math_(fast_math) {
+    i64_ = b_.getInt64Ty();
+  }
+
+  void emit(const std::string& symbol) {
+    ir::validate(k_);
+    auto* ptr = b_.getPtrTy();
+    auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr, ptr, i64_, i64_}, false);
+    fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, symbol, m_);
+    fn_->addFnAttr(llvm::Attribute::NoUnwind);
+    auto args = fn_->arg_begin();
+    Value* bufs = &*args++;
+    ints_ = &*args++;
+    scalars_ = &*args++;
+    Value* begin = &*args++;
+    Value* end = &*args++;
+    auto* entry = llvm::BasicBlock::Create(ctx_, "entry", fn_);
+    b_.SetInsertPoint(entry);
+    if (fast_math_) {
+      llvm::FastMathFlags f;
+      f.setFast();
+      b_.setFastMathFlags(f);
+    }
+    for (int i = 0; i < k_.num_buffers; ++i) {
+      base_.push_back(b_.CreateLoad(ptr, b_.CreateConstInBoundsGEP1_64(ptr, bufs, i), "buf" + std::to_string(i)));
+    }
+    for (int d = 0; d < k_.rank; ++d) sizes_.push_back(int_arg(k_.size_index(d)));
+    for (size_t a = 0; a < k_.accesses.size(); ++a) {
+      offsets_.push_back(int_arg(k_.offset_index(static_cast<int>(a))));
+      std::vector<Value*> s;
+      for (int d = 0; d < k_.rank; ++d) s.push_back(stride(static_cast<int>(a), d));
+      strides_.push_back(s);
+    }
+    row_level_ = ir::row_level_nodes(k_);
+    if (k_.reduce_rank == 0) emit_pointwise(begin, end);
+    else emit_rows(begin, end);
+    b_.CreateRetVoid();
+    std::string err;
+    llvm::raw_string_ostream os(err);
+    if (llvm::verifyFunction(*fn_, &os)) throw std::runtime_error("kiln codegen produced invalid LLVM IR: " + os.str());
+  }
+
+ private:
+  // Per loop body: element offset of every access, the index along every dim,
+  // and the values already computed there.
+  struct Scope {
+    std::vector<Value*> offset;  // per access (null: not addressable here)
+    std::vector<Value*> index;   // per dim (null: not available)
+    std::vector<Value*> memo;
+  };
+
+  Value* int_arg(int i) {
+    return b_.CreateLoad(i64_, b_.CreateConstInBoundsGEP1_64(i64_, ints_, i));
+  }
+  // Innermost strides the IR fixes are constants, so the vectorizer sees them.
+  Value* stride(int a, int d) {
+    if (d == k_.rank - 1) {
+      if (k_.accesses[a].inner == ir::Inner::Contiguous) return b_.getInt64(1);
+      if (k_.accesses[a].inner == ir::Inner::Broadcast) return b_.getInt64(0);
+    }
+    return int_arg(k_.stride_index(a, d));
+  }
+
+  llvm::Type* reg_type(DType t) {
+    switch (t) {
+      case DType::Bool: return b_.getInt1Ty();
+      case DType::UInt8:
+      case DType::Int8: return b_.getInt8Ty();
+      case DType::Int16:
+      case DType::Float16:
+      case DType::BFloat16: return b_.getInt16Ty();
+      case DType::Int32: return b_.getInt32Ty();
+      case DType::Int64: return i64_;
+      case DType::Float32: return b_.getFloatTy();
+      case DType::Float64: return b_.getDoubleTy();
+    }
+    return nullptr;
+  }
+  llvm::Type* mem_type(DType t) { return t == DType::Bool ? b_.getInt8Ty() : reg_type(t); }
+  static bool is_int(DType t) { return !ir::is_floating(t); }
+  static bool is_unsigned(DType t) { return t == DType::UInt8 || t == DType::Bool; }
+
+  // ------------------------------------------------------------ conversions
+
+  Value* to_f32(Value* v, DType from) {  // reduced float bits -> float
+    if (from == DType::BFloat16) {
+      Value* wide = b_.CreateShl(b_.CreateZExt(v, b_.getInt32Ty()), 16);
+      return b_.CreateBitCast(wide, b_.getFloatTy());
+    }
+    return b_.CreateFPExt(b_.CreateBitCast(v, b_.getHalfTy()), b_.getFloatTy());
+  }
+  Value* from_f32(Value* f, DType to) {  // float -> reduced float bits, round to nearest even
+    if (to == DType::Float16) return b_.CreateBitCast(b_.CreateFPTrunc(f, b_.getHalfTy()), b_.getInt16Ty());
+    Value* u = b_.CreateBitCast(f, b_.getInt32Ty());
+    Value* lsb = b_.CreateAnd(b_.CreateLShr(u, 16), 1);
+    Value* rounded = b_.CreateLShr(b_.CreateAdd(u, b_.CreateAdd(lsb, b_.getInt32(0x7fff))), 16);
+    Value* bits = b_.CreateTrunc(rounded, b_.getInt16Ty());
+    return b_.CreateSelect(b_.CreateFCmpUNO(f, f), b_.getInt16(0x7fc0), bits);
+  }
+
+  Value* cast(Value* v, DType from, DType to) {
+    if (from == to) return v;
+    if (ir::is_reduced_float(from)) return cast(to_f32(v, from), DType::Float32, to);
+    if (ir::is_reduced_float(to)) {
+      // eager converts through float (c10::BFloat16(float), c10::Half(float))
+      return from_f32(cast(v, from, DType::Float32), to);
+    }
+    llvm::Type* ty = reg_type(to);
+    if (to == DType::Bool) {
+      if (ir::is_floating(from)) return b_.CreateFCmpUNE(v, llvm::ConstantFP::get(v->getType(), 0.0));
+      return b_.CreateICmpNE(v, llvm::ConstantInt::get(v->getType(), 0));
+    }
+    if (ir::is_floating(from) && ir::is_floating(to)) return b_.CreateFPCast(v, ty);
+    if (ir::is_floating(to)) return is_unsigned(from) ? b_.CreateUIToFP(v, ty) : b_.CreateSIToFP(v, ty);
+    if (ir::is_floating(from)) {
+      // C++ static_cast as eager's kernels do it: through a wider signed integer.
+      if (to == DType::Int64 || to == DType::Int32) return b_.CreateFPToSI(v, ty);
+      if (to == DType::UInt8) return b_.CreateTrunc(b_.CreateFPToSI(v, i64_), ty);
+      return b_.CreateTrunc(b_.CreateFPToSI(v, b_.getInt32Ty()), ty);
+    }
+    return is_unsigned(from) ? b_.CreateZExtOrTrunc(v, ty) : b_.CreateSExtOrTrunc(v, ty);
+  }
+
+  // ------------------------------------------------------------ math
+
+  Value* intrinsic(llvm::Intrinsic::ID id, std::initializer_list<Value*> args) {
+    auto* decl = llvm::Intrinsic::getDeclaration(&m_, id, {(*args.begin())->getType()});
+    return b_.CreateCall(decl, llvm::ArrayRef<Value*>(args.begin(), args.size()));
+  }
+  // A libm function with no intrinsic (tanh, expm1, erf, ...). Declared as not
+  // touching memory: kernels never read errno.
+  Value* libm(const char* name, std::initializer_list<Value*> args) {
+    llvm::Type* ty = (*args.begin())->getType();
+    std::string fname = ty->isFloatTy() ? std::string(name) + "f" : std::string(name);
+    std::vector<llvm::Type*> params(args.size(), ty);
+    auto callee = m_.getOrInsertFunction(fname, llvm::FunctionType::get(ty, params, false));
+    if (auto* f = llvm::dyn_cast<llvm::Function>(callee.getCallee())) {
+      f->setDoesNotAccessMemory();
+      f->setDoesNotThrow();
+      f->addFnAttr(llvm::Attribute::WillReturn);
+    }
+    auto* call = b_.CreateCall(callee, llvm::ArrayRef<Value*>(args.begin(), args.size()));
+    call->setDoesNotAccessMemory();
+    return call;
+  }
+  Value* fconst(llvm::Type* ty, double v) { return llvm::ConstantFP::get(ty, v); }
+
+  Value* unary(Op op, Value* x, DType t) {
+    llvm::Type* ty = x->getType();
+    const bool f = ir::is_floating(t);
+    using I = llvm::Intrinsic::ID;
+    switch (op) {
+      case Op::Neg: return f ? b_.CreateFNeg(x) : b_.CreateNeg(x);
+      case Op::Abs:
+        if (f) return intrinsic(llvm::Intrinsic::fabs, {x});
+        if (is_unsigned(t)) return x;
+        return intrinsic(llvm::Intrinsic::abs, {x, b_.getFalse()});
+      case Op::Not: return b_.CreateNot(t == DType::Bool ? x : b_.CreateICmpNE(x, llvm::ConstantInt::get(ty, 0)));
+      case Op::BitNot: return b_.CreateNot(x);
+      case Op::Floor: return f ? intrinsic(llvm::Intrinsic::floor, {x}) : x;
+      case Op::Ceil: return f ? intrinsic(llvm::Intrinsic::ceil, {x}) : x;
+      case Op::Round: return f ? intrinsic(llvm::Intrinsic::roundeven, {x}) : x;
+      case Op::Trunc: return f ? intrinsic(llvm::Intrinsic::trunc, {x}) : x;
+      case Op::IsNan: return f ? b_.CreateFCmpUNO(x, x) : b_.getFalse();
+      case Op::IsInf:
+        return f ? b_.CreateFCmpOEQ(intrinsic(llvm::Intrinsic::fabs, {x}),
+                                    fconst(ty, std::numeric_limits<double>::infinity()))
+                 : b_.getFalse();
+      case Op::Sign: {
+        if (t == DType::Bool) return x;
+        Value* zero = f ? fconst(ty, 0) : llvm::ConstantInt::get(ty, 0);
+        Value* pos = f ? b_.CreateFCmpOLT(zero, x) : (is_unsigned(t) ? b_.CreateICmpULT(zero, x) : b_.CreateICmpSLT(zero, x));
+        Value* neg = f ? b_.CreateFCmpOLT(x, zero) : (is_unsigned(t) ? b_.getFalse() : b_.CreateICmpSLT(x, zero));
+        if (f) return b_.CreateFSub(b_.CreateUIToFP(pos, ty), b_.CreateUIToFP(neg, ty));
+        return b_.CreateSub(b_.CreateZExt(pos, ty), b_.CreateZExt(neg, ty));
+      }
+      default: break;
+    }
+    if (!f) throw std::runtime_error(std::string("kiln codegen: ") + ir::op_name(op) + " on " + ir::dtype_name(t));
+    I id = llvm::Intrinsic::not_intrinsic;
+    switch (op) {
+      case Op::Exp: id = llvm::Intrinsic::exp; break;
+      case Op::Exp2: id = llvm::Intrinsic::exp2; break;
+      case Op::Log: id = llvm::Intrinsic::log; break;
+      case Op::Log2: id = llvm::Intrinsic::log2; break;
+      case Op::Log10: id = llvm::Intrinsic::log10; break;
+      case Op::Sqrt: id = llvm::Intrinsic::sqrt; break;
+      case Op::Sin: id = llvm::Intrinsic::sin; break;
+      case Op::Cos: id = llvm::Intrinsic::cos; break;
+      case Op::Tan: id = llvm::Intrinsic::tan; break;
+      default: break;
+    }
+    if (id != llvm::Intrinsic::not_intrinsic) return intrinsic(id, {x});
+    switch (op) {
+      case Op::Rsqrt: return b_.CreateFDiv(fconst(ty, 1), intrinsic(llvm::Intrinsic::sqrt, {x}));
+      case Op::Reciprocal: return b_.CreateFDiv(fconst(ty, 1), x);
+      case Op::Sigmoid:
+        return b_.CreateFDiv(fconst(ty, 1), b_.CreateFAdd(fconst(ty, 1), intrinsic(llvm::Intrinsic::exp, {b_.CreateFNeg(x)})));
+      case Op::Expm1: return libm("expm1", {x});
+      case Op::Log1p: return libm("log1p", {x});
+      case Op::Tanh: return libm("tanh", {x});
+      case Op::Sinh: return libm("sinh", {x});
+      case Op::Cosh: return libm("cosh", {x});
+      case Op::Asin: return libm("asin", {x});
+      case Op::Acos: return libm("acos", {x});
+      case Op::Atan: return libm("atan", {x});
+      case Op::Asinh: return libm("asinh", {x});
+      case Op::Acosh: return libm("acosh", {x});
+      case Op::Atanh: return libm("atanh", {x});
+      case Op::Erf: return libm("erf", {x});
+      case Op::Erfc: return libm("erfc", {x});
+      default: break;
+    }
+    throw std::runtime_error(std::string("kiln codegen: no lowering for ") + ir::op_name(op));
+  }
+
+  Value* compare(Op op, Value* a, Value* b, DType t) {
+    if (ir::is_floating(t)) {
+      switch (op) {
+        case Op::Eq: return b_.CreateFCmpOEQ(a, b);
+        case Op::Ne: return b_.CreateFCmpUNE(a, b);
+        case Op::Lt: return b_.CreateFCmpOLT(a, b);
+        case Op::Le: return b_.CreateFCmpOLE(a, b);
+        case Op::Gt: return b_.CreateFCmpOGT(a, b);
+        default: return b_.CreateFCmpOGE(a, b);
+      }
+    }
+    const bool u = is_unsigned(t);
+    switch (op) {
+      case Op::Eq: return b_.CreateICmpEQ(a, b);
+      case Op::Ne: return b_.CreateICmpNE(a, b);
+      case Op::Lt: return u ? b_.CreateICmpULT(a, b) : b_.CreateICmpSLT(a, b);
+      case Op::Le: return u ? b_.CreateICmpULE(a, b) : b_.CreateICmpSLE(a, b);
+      case Op::Gt: return u ? b_.CreateICmpUGT(a, b) : b_.CreateICmpSGT(a, b);
+      default: return u ? b_.CreateICmpUGE(a, b) : b_.CreateICmpSGE(a, b);
+    }
+  }
+
+  Value* binary(Op op, Value* a, Value* b, DType t) {
+    const bool f = ir::is_floating(t);
+    const bool boolean = t == DType::Bool;
+    switch (op) {
+      case Op::Add: return f ? b_.CreateFAdd(a, b) : (boolean ? b_.CreateOr(a, b) : b_.CreateAdd(a, b));
+      case Op::Sub: return f ? b_.CreateFSub(a, b) : (boolean ? b_.CreateXor(a, b) : b_.CreateSub(a, b));
+      case Op::Mul: return f ? b_.CreateFMul(a, b) : (boolean ? b_.CreateAnd(a, b) : b_.CreateMul(a, b));
+      case Op::Div:
+        if (!f) throw std::runtime_error("kiln codegen: integer division is not lowered (division by zero must raise)");
+        return b_.CreateFDiv(a, b);
+      case Op::Pow:
+        if (!f) throw std::runtime_error("kiln codegen: integer pow is not lowered");
+        return intrinsic(llvm::Intrinsic::pow, {a, b});
+      case Op::Atan2: return libm("atan2", {a, b});
+      case Op::Fmod:
+        if (!f) throw std::runtime_error("kiln codegen: integer fmod is not lowered");
+        return b_.CreateFRem(a, b);
+      case Op::CopySign: return intrinsic(llvm::Intrinsic::copysign, {a, b});
+      case Op::Maximum:
+        if (f) return intrinsic(llvm::Intrinsic::maximum, {a, b});
+        return intrinsic(is_unsigned(t) ? llvm::Intrinsic::umax : llvm::Intrinsic::smax, {a, b});
+      case Op::Minimum:
+        if (f) return intrinsic(llvm::Intrinsic::minimum, {a, b});
+        return intrinsic(is_unsigned(t) ? llvm::Intrinsic::umin : llvm::Intrinsic::smin, {a, b});
+      // std::max / std::min: a NaN in the first operand propagates (clamp).
+      case Op::Max: return b_.CreateSelect(compare(Op::Lt, a, b, t), b, a);
+      case Op::Min: return b_.CreateSelect(compare(Op::Lt, b, a, t), b, a);
+      case Op::Eq: case Op::Ne: case Op::Lt: case Op::Le: case Op::Gt: case Op::Ge:
+        return compare(op, a, b, t);
+      case Op::And: return b_.CreateAnd(a, b);
+      case Op::Or: return b_.CreateOr(a, b);
+      case Op::Xor: return b_.CreateXor(a, b);
+      case Op::BitAnd: return b_.CreateAnd(a, b);
+      case Op::BitOr: return b_.CreateOr(a, b);
+      case Op::BitXor: return b_.CreateXor(a, b);
+      default: break;
+    }
+    throw std::runtime_error(std::string("kiln codegen: no lowering for ") + ir::op_name(op));
+  }
+
+  // ------------------------------------------------------------ expressions
+
+  Value* address(int access, Scope& s) {
+    Value* off = s.offset[access];
+    if (!off) throw std::runtime_error("kiln codegen: access used outside its loop");
+    return b_.CreateInBoundsGEP(mem_type(k_.accesses[access].dtype), base_[k_.accesses[access].buffer], off);
+  }
+
+  Value* value(int id, Scope& s) {
+    if (s.memo[id]) return s.memo[id];
+    const ir::Node& n = k_.nodes[id];
+    Value* v = nullptr;
+    auto in = [&](int j) { return value(n.in[j], s); };
+    auto in_dtype = [&](int j) { return k_.nodes[n.in[j]].dtype; };
+    switch (n.op) {
+      case Op::Load: {
+        const ir::Access& a = k_.accesses[n.arg];
+        v = b_.CreateLoad(mem_type(a.dtype), address(n.arg, s));
+        if (a.dtype == DType::Bool) v = b_.CreateICmpNE(v, b_.getInt8(0));
+        break;
+      }
+      case Op::Scalar:
+        if (ir::is_floating(n.dtype)) {
+          Value* d = b_.CreateLoad(b_.getDoubleTy(), b_.CreateConstInBoundsGEP1_64(b_.getDoubleTy(), scalars_, n.arg));
+          v = cast(d, DType::Float64, n.dtype);
+        } else {
+          v = cast(int_arg(k_.int_scalar_index(n.arg)), DType::Int64, n.dtype);
+        }
+        break;
+      case Op::Constant:
+        if (ir::is_reduced_float(n.dtype)) v = from_f32(fconst(b_.getFloatTy(), n.imm), n.dtype);
+        else if (ir::is_floating(n.dtype)) v = fconst(reg_type(n.dtype), n.imm);
+        else v = llvm::ConstantInt::get(reg_type(n.dtype), static_cast<uint64_t>(static_cast<int64_t>(n.imm)), true);
+        break;
+      case Op::ReduceValue:
+        v = b_.CreateLoad(reg_type(k_.reductions[n.arg].dtype), results_[n.arg]);
+        break;
+      case Op::Index:
+        if (!s.index[n.arg]) throw std::runtime_error("kiln codegen: index of a dim not iterated here");
+        v = s.index[n.arg];
+        break;
+      case Op::Cast: v = cast(in(0), in_dtype(0), n.dtype); break;
+      case Op::Where: v = b_.CreateSelect(in(0), in(1), in(2)); break;
+      case Op::Fma:
+        v = ir::is_floating(n.dtype) ? intrinsic(llvm::Intrinsic::fma, {in(0), in(1), in(2)})
+                                     : b_.CreateAdd(b_.CreateMul(in(0), in(1)), in(2));
+        break;
+      default:
+        if (ir::op_arity(n.op) == 1) v = unary(n.op, in(0), in_dtype(0));
+        else v = binary(n.op, in(0), in(1), in_dtype(0));
+    }
+    s.memo[id] = v;
+    return v;
+  }
+
+  void store(const ir::Store& st, Scope& s) {
+    Value* v = value(st.value, s);
+    if (k_.accesses[st.access].dtype == DType::Bool) v = b_.CreateZExt(v, b_.getInt8Ty());
+    b_.CreateStore(v, address(st.access, s));
+  }
+
+  // ------------------------------------------------------------ loops
+
+  // for (i = lo; i < hi; ++i) body(i). Leaves the builder after the loop.
+  void loop(Value* lo, Value* hi, const std::string& name, const std::function<void(Value*)>& body) {
+    auto* pre = b_.GetInsertBlock();
+    auto* head = llvm::BasicBlock::Create(ctx_, name + ".head", fn_);
+    auto* bodyb = llvm::BasicBlock::Create(ctx_, name + ".body", fn_);
+    auto* exit = llvm::BasicBlock::Create(ctx_, name + ".exit", fn_);
+    b_.CreateBr(head);
+    b_.SetInsertPoint(head);
+    auto* i = b_.CreatePHI(i64_, 2, name);
+    i->addIncoming(lo, pre);
+    b_.CreateCondBr(b_.CreateICmpSLT(i, hi), bodyb, exit);
+    b_.SetInsertPoint(bodyb);
+    body(i);
+    Value* next = b_.CreateAdd(i, b_.getInt64(1), name + ".next", /*HasNUW=*/true, /*HasNSW=*/true);
+    i->addIncoming(next, b_.GetInsertBlock());
+    b_.CreateBr(head);
+    b_.SetInsertPoint(exit);
+  }
+
+  // Splits a linear index over dims [first, last) into coordinates (row-major).
+  std::vector<Value*> coordinates(Value* linear, int first, int last) {
+    std::vector<Value*> c(k_.rank, nullptr);
+    Value* rem = linear;
+    for (int d = last - 1; d >= first; --d) {
+      if (d == first) {
+        c[d] = rem;
+      } else {
+        c[d] = b_.CreateURem(rem, sizes_[d]);
+        rem = b_.CreateUDiv(rem, sizes_[d]);
+      }
+    }
+    return c;
+  }
+
+  Value* offset_at(int a, const std::vector<Value*>& coords, int first, int last, Value* base) {
+    Value* off = base;
+    for (int d = first; d < last; ++d) off = b_.CreateAdd(off, b_.CreateMul(coords[d], strides_[a][d]));
+    return off;
+  }
+
+  Scope new_scope() {
+    Scope s;
+    s.offset.assign(k_.accesses.size(), nullptr);
+    s.index.assign(k_.rank, nullptr);
+    s.memo.assign(k_.nodes.size(), nullptr);
+    return s;
+  }
+
+  // Pointwise: the work range is a range of linear element indices. Walk it
+  // one innermost-dim run at a time: coordinates once per run, then a plain
+  // loop the vectorizer can take.
+  void emit_pointwise(Value* begin, Value* end) {
+    const int R = k_.rank;
+    auto* pre = b_.GetInsertBlock();
+    auto* head = llvm::BasicBlock::Create(ctx_, "run.head", fn_);
+    auto* body = llvm::BasicBlock::Create(ctx_, "run.body", fn_);
+    auto* exit = llvm::BasicBlock::Create(ctx_, "run.exit", fn_);
+    b_.CreateBr(head);
+    b_.SetInsertPoint(head);
+    auto* i = b_.CreatePHI(i64_, 2, "i");
+    i->addIncoming(begin, pre);
+    b_.CreateCondBr(b_.CreateICmpSLT(i, end), body, exit);
+    b_.SetInsertPoint(body);
+    std::vector<Value*> c = coordinates(i, 0, R);
+    Value* start = c[R - 1];
+    Value* run_left = b_.CreateSub(sizes_[R - 1], start);
+    Value* range_left = b_.CreateSub(end, i);
+    Value* count = b_.CreateSelect(b_.CreateICmpSLT(run_left, range_left), run_left, range_left, "count");
+    std::vector<Value*> row_base;
+    for (size_t a = 0; a < k_.accesses.size(); ++a) {
+      Value* off = offset_at(static_cast<int>(a), c, 0, R - 1, offsets_[a]);
+      row_base.push_back(b_.CreateAdd(off, b_.CreateMul(start, strides_[a][R - 1])));
+    }
+    loop(b_.getInt64(0), count, "j", [&](Value* j) {
+      Scope s = new_scope();
+      for (size_t a = 0; a < k_.accesses.size(); ++a) {
+        s.offset[a] = b_.CreateAdd(row_base[a], b_.CreateMul(j, strides_[a][R - 1]));
+      }
+      for (int d = 0; d < R - 1; ++d) s.index[d] = c[d];
+      s.index[R - 1] = b_.CreateAdd(start, j);
+      for (const ir::Store& st : k_.stores) store(st, s);
+    });
+    i->addIncoming(b_.CreateAdd(i, count), b_.GetInsertBlock());
+    b_.CreateBr(head);
+    b_.SetInsertPoint(exit);
+  }
+
+  // Loops over the reduced dims [K0, R) of one row; body gets a scope with
+  // every access's element offset and the running linear index in the row.
+  void reduced_loops(const std::vector<Value*>& outer, const std::vector<Value*>& row_base,
+                     const std::function<void(Scope&, Value*)>& body) {
+    const int R = k_.rank, K0 = R - k_.reduce_rank;
+    std::vector<Value*> idx(outer);
+    std::function<void(int, std::vector<Value*>, Value*)> nest = [&](int d, std::vector<Value*> base, Value* lin) {
+      loop(b_.getInt64(0), sizes_[d], "r" + std::to_string(d), [&](Value* i) {
+        idx[d] = i;
+        std::vector<Value*> off;
+        for (size_t a = 0; a < k_.accesses.size(); ++a) off.push_back(b_.CreateAdd(base[a], b_.CreateMul(i, strides_[a][d])));
+        Value* l = b_.CreateAdd(b_.CreateMul(lin, sizes_[d]), i);
+        if (d + 1 < R) {
+          nest(d + 1, off, l);
+        } else {
+          Scope s = new_scope();
+          s.offset = off;
+          s.index = idx;
+          body(s, l);
+        }
+      });
+    };
+    nest(K0, row_base, b_.getInt64(0));
+  }
+
+  Value* reduce_init(const ir::Reduction& r) {
+    llvm::Type* ty = reg_type(r.dtype);
+    const bool f = ir::is_floating(r.dtype);
+    const double inf = std::numeric_limits<double>::infinity();
+    switch (r.kind) {
+      case ir::ReduceKind::Sum: return f ? fconst(ty, 0) : llvm::ConstantInt::get(ty, 0);
+      case ir::ReduceKind::Prod: return f ? fconst(ty, 1) : llvm::ConstantInt::get(ty, 1);
+      case ir::ReduceKind::Max:
+        return f ? fconst(ty, -inf) : (is_unsigned(r.dtype) ? llvm::ConstantInt::get(ty, 0) : llvm::ConstantInt::get(ty, llvm::APInt::getSignedMinValue(ty->getIntegerBitWidth())));
+      case ir::ReduceKind::Min:
+        return f ? fconst(ty, inf) : (is_unsigned(r.dtype) ? llvm::ConstantInt::get(ty, llvm::APInt::getMaxValue(ty->getIntegerBitWidth())) : llvm::ConstantInt::get(ty, llvm::APInt::getSignedMaxValue(ty->getIntegerBitWidth())));
+      case ir::ReduceKind::Any: return b_.getFalse();
+      case ir::ReduceKind::All: return b_.getTrue();
+      case ir::ReduceKind::ArgMax:
+      case ir::ReduceKind::ArgMin: return b_.getInt64(0);
+    }
+    return nullptr;
+  }
+
+  void emit_rows(Value* begin, Value* end) {
+    const int R = k_.rank, K0 = R - k_.reduce_rank;
+    // Accumulators live in allocas (promoted to registers by the optimizer).
+    for (const ir::Reduction& r : k_.reductions) {
+      results_.push_back(b_.CreateAlloca(reg_type(r.dtype)));
+      const bool arg = r.kind == ir::ReduceKind::ArgMax || r.kind == ir::ReduceKind::ArgMin;
+      best_.push_back(arg ? b_.CreateAlloca(reg_type(k_.nodes[r.value].dtype)) : nullptr);
+    }
+    loop(begin, end, "row", [&](Value* row) {
+      std::vector<Value*> outer = coordinates(row, 0, K0);
+      if (K0 == 0) outer.assign(R, nullptr);
+      std::vector<Value*> row_base;
+      for (size_t a = 0; a < k_.accesses.size(); ++a) row_base.push_back(offset_at(static_cast<int>(a), outer, 0, K0, offsets_[a]));
+      for (size_t ri = 0; ri < k_.reductions.size(); ++ri) emit_reduction(static_cast<int>(ri), outer, row_base);
+      bool element_stores = false;
+      for (const ir::Store& st : k_.stores) element_stores |= !row_level_[st.value] || !k_.accesses[st.access].row_invariant;
+      if (element_stores) {
+        reduced_loops(outer, row_base, [&](Scope& s, Value*) {
+          for (const ir::Store& st : k_.stores) {
+            if (!k_.accesses[st.access].row_invariant) store(st, s);
+          }
+        });
+      }
+      Scope rs = new_scope();
+      for (size_t a = 0; a < k_.accesses.size(); ++a) {
+        if (k_.accesses[a].row_invariant) rs.offset[a] = row_base[a];
+      }
+      for (int d = 0; d < K0; ++d) rs.index[d] = outer[d];
+      for (const ir::Store& st : k_.stores) {
+        if (k_.accesses[st.access].row_invariant) store(st, rs);
+      }
+    });
+  }
+
+  void emit_reduction(int ri, const std::vector<Value*>& outer, const std::vector<Value*>& row_base) {
+    const ir::Reduction& r = k_.reductions[ri];
+    const DType vt = k_.nodes[r.value].dtype;
+    const bool f = ir::is_floating(vt);
+    b_.CreateStore(reduce_init(r), results_[ri]);
+    const bool is_arg = r.kind == ir::ReduceKind::ArgMax || r.kind == ir::ReduceKind::ArgMin;
+    if (is_arg) {
+      const double inf = std::numeric_limits<double>::infinity();
+      llvm::Type* ty = reg_type(vt);
+      Value* init;
+      if (f) init = fconst(ty, r.kind == ir::ReduceKind::ArgMax ? -inf : inf);
+      else if (vt == DType::Bool) init = b_.getInt1(r.kind == ir::ReduceKind::ArgMin);
+      else if (r.kind == ir::ReduceKind::ArgMax)
+        init = is_unsigned(vt) ? llvm::ConstantInt::get(ty, 0) : llvm::ConstantInt::get(ty, llvm::APInt::getSignedMinValue(ty->getIntegerBitWidth()));
+      else
+        init = is_unsigned(vt) ? llvm::ConstantInt::get(ty, llvm::APInt::getMaxValue(ty->getIntegerBitWidth())) : llvm::ConstantInt::get(ty, llvm::APInt::getSignedMaxValue(ty->getIntegerBitWidth()));
+      b_.CreateStore(init, best_[ri]);
+    }
+    reduced_loops(outer, row_base, [&](Scope& s, Value* lin) {
+      Value* v = value(r.value, s);
+      Value* acc = b_.CreateLoad(reg_type(r.dtype), results_[ri]);
+      Value* next = nullptr;
+      switch (r.kind) {
+        case ir::ReduceKind::Sum: next = binary(Op::Add, acc, cast(v, vt, r.dtype), r.dtype); break;
+        case ir::ReduceKind::Prod: next = binary(Op::Mul, acc, cast(v, vt, r.dtype), r.dtype); break;
+        case ir::ReduceKind::Max:
+        case ir::ReduceKind::Min: {
+          Value* x = cast(v, vt, r.dtype);
+          Value* better = compare(r.kind == ir::ReduceKind::Max ? Op::Gt : Op::Lt, x, acc, r.dtype);
+          if (ir::is_floating(r.dtype)) better = b_.CreateOr(better, b_.CreateFCmpUNO(x, x));  // NaN wins
+          next = b_.CreateSelect(better, x, acc);
+          break;
+        }
+        case ir::ReduceKind::Any: next = b_.CreateOr(acc, cast(v, vt, DType::Bool)); break;
+        case ir::ReduceKind::All: next = b_.CreateAnd(acc, cast(v, vt, DType::Bool)); break;
+        case ir::ReduceKind::ArgMax:
+        case ir::ReduceKind::ArgMin: {
+          // First index of the extreme value; the first NaN wins and stays.
+          Value* best = b_.CreateLoad(reg_type(vt), best_[ri]);
+          Value* better = compare(r.kind == ir::ReduceKind::ArgMax ? Op::Gt : Op::Lt, v, best, vt);
+          if (f) better = b_.CreateAnd(b_.CreateOr(better, b_.CreateFCmpUNO(v, v)), b_.CreateFCmpORD(best, best));
+          b_.CreateStore(b_.CreateSelect(better, v, best), best_[ri]);
+          next = b_.CreateSelect(better, lin, acc);
+          break;
+        }
+      }
+      b_.CreateStore(next, results_[ri]);
+    });
+  }
+
+  const ir::Kernel& k_;
+  llvm::Module& m_;
+  llvm::LLVMContext& ctx_;
+  llvm::IRBuilder<> b_;
+  bool fast_math_;
+  llvm::Type* i64_;
+  llvm::Function* fn_ = nullptr;
+  Value* ints_ = nullptr;
+  Value* scalars_ = nullptr;
+  std::vector<Value*> base_, sizes_, offsets_;
+  std::vector<std::vector<Value*>> strides_;
+  std::vector<bool> row_level_;
+  std::vector<Value*> results_, best_;
+};
+
+}  // namespace
+
+void lower_to_llvm(const ir::Kernel& kernel, const std::string& symbol, llvm::Module& module, bool fast_math) {
+  Lowering(kernel, module, fast_math).emit(symbol);
+}
+
+}  // namespace kiln::codegen

@@ -1,0 +1,19 @@
+// Kernel IR -> an LLVM function (internal to src/codegen).
+#pragma once
+
+#include <string>
+
+#include "kiln/kernel_ir.h"
+
+namespace llvm {
+class Module;
+}
+
+namespace kiln::codegen {
+
+// Adds `symbol` (a KernelFn) computing `kernel` to `module`. Throws
+// std::invalid_argument for invalid IR, std::runtime_error for IR codegen
+// cannot lower.
+void lower_to_llvm(const ir::Kernel& kernel, const std::string& symbol, llvm::Module& module, bool fast_math);
+
+}  // namespace kiln::codegen

@@ -1,0 +1,250 @@
+// Codegen: hand-built Kernel IR compiled by LLVM and run on host arrays.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "kernel_builder.h"
+#include "kiln/codegen.h"
+
+using namespace kiln;
+using ir::DType;
+using ir::Op;
+
+namespace {
+
+struct Compiled {
+  std::unique_ptr<codegen::LoadedKernel> loaded;
+  explicit Compiled(const ir::Kernel& k, codegen::Options o = {}) {
+    auto obj = codegen::compile(k, "kiln_test_kernel", o);
+    EXPECT_GT(obj.object.size(), 0u);
+    loaded = codegen::load(obj.object, "kiln_test_kernel");
+  }
+  void operator()(std::vector<void*> bufs, const std::vector<int64_t>& ints, const std::vector<double>& scalars,
+                  int64_t begin, int64_t end) {
+    loaded->fn(bufs.data(), ints.data(), scalars.data(), begin, end);
+  }
+};
+
+uint16_t bf16_bits(float f) {  // c10::BFloat16's round to nearest even
+  if (std::isnan(f)) return 0x7fc0;
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return static_cast<uint16_t>((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+}
+
+}  // namespace
+
+TEST(Codegen, BroadcastMulAddWithRuntimeScalar) {
+  // out[i, j] = x[i, j] * y[j] + s: a [3, 5] space, y broadcast along dim 0.
+  test::KernelBuilder b(2);
+  int x = b.access(DType::Float32, ir::Inner::Contiguous);
+  int y = b.access(DType::Float32, ir::Inner::Contiguous);
+  int out = b.access(DType::Float32, ir::Inner::Contiguous);
+  int s = b.scalar(DType::Float32);
+  b.store(out, b.node(Op::Add, DType::Float32, b.node(Op::Mul, DType::Float32, b.load(x), b.load(y)), s));
+  Compiled run(b.k);
+  std::vector<float> xs(15), ys(5), outs(15, 0);
+  for (int i = 0; i < 15; ++i) xs[i] = 0.1f * i - 0.7f;
+  for (int j = 0; j < 5; ++j) ys[j] = 1.5f + j;
+  // sizes, then per access offset + strides
+  std::vector<int64_t> ints = {3, 5, /*x*/ 0, 5, 1, /*y*/ 0, 0, 1, /*out*/ 0, 5, 1, /*scalar slot*/ 0};
+  for (double scalar : {0.25, -3.0}) {  // a new scalar value runs the same code
+    run({xs.data(), ys.data(), outs.data()}, ints, {scalar}, 0, 15);
+    for (int i = 0; i < 3; ++i) {
+      for (int j = 0; j < 5; ++j) {
+        volatile float prod = xs[i * 5 + j] * ys[j];  // no contraction into an FMA
+        EXPECT_EQ(outs[i * 5 + j], prod + static_cast<float>(scalar)) << i << "," << j;
+      }
+    }
+  }
+}
+
+TEST(Codegen, StridedReadAndSplitRangesMatchOneRange) {
+  // out = transpose(x) + 1 over a [4, 6] space, x stored [6, 4].
+  test::KernelBuilder b(2);
+  int x = b.access(DType::Float64, ir::Inner::Strided);
+  int out = b.access(DType::Float64, ir::Inner::Contiguous);
+  b.store(out, b.node(Op::Add, DType::Float64, b.load(x), b.constant(DType::Float64, 1)));
+  Compiled run(b.k);
+  std::vector<double> xs(24), whole(24), split(24);
+  for (int i = 0; i < 24; ++i) xs[i] = i * 0.5;
+  std::vector<int64_t> ints = {4, 6, 0, 1, 4, 0, 6, 1};
+  run({xs.data(), whole.data()}, ints, {}, 0, 24);
+  for (int i = 0; i < 4; ++i) {
+    for (int j = 0; j < 6; ++j) EXPECT_EQ(whole[i * 6 + j], xs[j * 4 + i] + 1);
+  }
+  // Thread splits land mid-row.
+  run({xs.data(), split.data()}, ints, {}, 0, 7);
+  run({xs.data(), split.data()}, ints, {}, 7, 17);
+  run({xs.data(), split.data()}, ints, {}, 17, 24);
+  EXPECT_EQ(whole, split);
+}
+
+TEST(Codegen, SoftmaxIsOneRowKernel) {
+  // rows of 7: m = max(x); s = sum(exp(x - m)); out = exp(x - m) / s
+  const DType f = DType::Float32;
+  test::KernelBuilder b(2, 1);
+  int x = b.access(f, ir::Inner::Contiguous);
+  int out = b.access(f, ir::Inner::Contiguous);
+  int lx = b.load(x);
+  int m = b.reduce(ir::ReduceKind::Max, f, lx);
+  int e = b.node(Op::Exp, f, b.node(Op::Sub, f, lx, m));
+  int s = b.reduce(ir::ReduceKind::Sum, f, e);
+  b.store(out, b.node(Op::Div, f, e, s));
+  Compiled run(b.k);
+  const int rows = 5, n = 7;
+  std::vector<float> xs(rows * n), outs(rows * n);
+  for (int i = 0; i < rows * n; ++i) xs[i] = std::sin(i * 1.3f) * 4;
+  run({xs.data(), outs.data()}, {rows, n, 0, n, 1, 0, n, 1}, {}, 0, rows);
+  for (int r = 0; r < rows; ++r) {
+    double mx = -INFINITY, sum = 0;
+    for (int j = 0; j < n; ++j) mx = std::max(mx, double(xs[r * n + j]));
+    for (int j = 0; j < n; ++j) sum += std::exp(xs[r * n + j] - mx);
+    for (int j = 0; j < n; ++j) EXPECT_NEAR(outs[r * n + j], std::exp(xs[r * n + j] - mx) / sum, 1e-6);
+  }
+}
+
+TEST(Codegen, RowLevelStoreOfAMean) {
+  // mean over dim 1 of a [3, 4] space, stored per row with keepdim.
+  test::KernelBuilder b(2, 1);
+  int x = b.access(DType::Float32, ir::Inner::Contiguous);
+  int out = b.access(DType::Float32, ir::Inner::Broadcast, /*row_invariant=*/true);
+  int sum = b.reduce(ir::ReduceKind::Sum, DType::Float64, b.node(Op::Cast, DType::Float64, b.load(x)));
+  int n = b.node(Op::Cast, DType::Float64, b.scalar(DType::Int64));
+  b.store(out, b.node(Op::Cast, DType::Float32, b.node(Op::Div, DType::Float64, sum, n)));
+  Compiled run(b.k);
+  std::vector<float> xs = {1, 2, 3, 4, 10, 20, 30, 40, -1, -1, -1, -5}, outs(3);
+  run({xs.data(), outs.data()}, {3, 4, 0, 4, 1, 0, 1, 0, 4}, {}, 0, 3);
+  EXPECT_EQ(outs, (std::vector<float>{2.5f, 25.f, -2.f}));
+}
+
+TEST(Codegen, ArgMaxTakesTheFirstMaximumAndTheFirstNaN) {
+  test::KernelBuilder b(2, 1);
+  int x = b.access(DType::Float32, ir::Inner::Contiguous);
+  int out = b.access(DType::Int64, ir::Inner::Broadcast, true);
+  b.store(out, b.reduce(ir::ReduceKind::ArgMax, DType::Int64, b.load(x)));
+  Compiled run(b.k);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> xs = {1, 5, 5, 2, /**/ 1, nan, 9, nan, /**/ -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+  std::vector<int64_t> outs(3, -1);
+  run({xs.data(), outs.data()}, {3, 4, 0, 4, 1, 0, 1, 0}, {}, 0, 3);
+  EXPECT_EQ(outs, (std::vector<int64_t>{1, 1, 0}));
+}
+
+TEST(Codegen, BFloat16RoundsEveryResultToNearestEven) {
+  test::KernelBuilder b(1);
+  int x = b.access(DType::BFloat16, ir::Inner::Contiguous);
+  int y = b.access(DType::Float32, ir::Inner::Contiguous);
+  int out = b.access(DType::BFloat16, ir::Inner::Contiguous);
+  int sum = b.node(Op::Add, DType::Float32, b.node(Op::Cast, DType::Float32, b.load(x)), b.load(y));
+  b.store(out, b.node(Op::Cast, DType::BFloat16, sum));
+  Compiled run(b.k);
+  std::vector<float> ys = {1.0f / 256, 3.0f / 256, 1e-3f, std::numeric_limits<float>::quiet_NaN(), 1e38f * 4};
+  std::vector<uint16_t> xs(ys.size(), bf16_bits(1.0f)), outs(ys.size());
+  run({xs.data(), ys.data(), outs.data()}, {5, 0, 1, 0, 1, 0, 1}, {}, 0, 5);
+  for (size_t i = 0; i < ys.size(); ++i) EXPECT_EQ(outs[i], bf16_bits(1.0f + ys[i])) << i;
+}
+
+TEST(Codegen, IntegerAndBoolSemantics) {
+  // out = (x > 3) ? -x : abs(x) over int8 (wraps), and a bool store
+  test::KernelBuilder b(1);
+  int x = b.access(DType::Int8, ir::Inner::Contiguous);
+  int out = b.access(DType::Int8, ir::Inner::Contiguous);
+  int flag = b.access(DType::Bool, ir::Inner::Contiguous);
+  int lx = b.load(x);
+  int gt = b.node(Op::Gt, DType::Bool, lx, b.constant(DType::Int8, 3));
+  b.store(out, b.node(Op::Where, DType::Int8, gt, b.node(Op::Neg, DType::Int8, lx), b.node(Op::Abs, DType::Int8, lx)));
+  b.store(flag, gt);
+  Compiled run(b.k);
+  std::vector<int8_t> xs = {-128, -5, 0, 3, 4, 127}, outs(6);
+  std::vector<uint8_t> flags(6, 7);
+  run({xs.data(), outs.data(), flags.data()}, {6, 0, 1, 0, 1, 0, 1}, {}, 0, 6);
+  EXPECT_EQ(outs, (std::vector<int8_t>{-128, 5, 0, 3, -4, -127}));
+  EXPECT_EQ(flags, (std::vector<uint8_t>{0, 0, 0, 0, 1, 1}));
+}
+
+TEST(Codegen, FloatToIntCastsFollowStaticCast) {
+  test::KernelBuilder b(1);
+  int x = b.access(DType::Float32, ir::Inner::Contiguous);
+  int u8 = b.access(DType::UInt8, ir::Inner::Contiguous);
+  int i32 = b.access(DType::Int32, ir::Inner::Contiguous);
+  int lx = b.load(x);
+  b.store(u8, b.node(Op::Cast, DType::UInt8, lx));
+  b.store(i32, b.node(Op::Cast, DType::Int32, lx));
+  Compiled run(b.k);
+  std::vector<float> xs = {-1.5f, 2.7f, 255.9f, -300.2f};
+  std::vector<uint8_t> us(4);
+  std::vector<int32_t> is(4);
+  run({xs.data(), us.data(), is.data()}, {4, 0, 1, 0, 1, 0, 1}, {}, 0, 4);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(us[i], static_cast<uint8_t>(static_cast<int64_t>(xs[i])));
+    EXPECT_EQ(is[i], static_cast<int32_t>(xs[i]));
+  }
+}
+
+TEST(Codegen, MathFunctionsMatchLibm) {
+  const DType f = DType::Float32;
+  for (Op op : {Op::Exp, Op::Log, Op::Sin, Op::Tanh, Op::Erf, Op::Sigmoid, Op::Expm1}) {
+    test::KernelBuilder b(1);
+    int x = b.access(f, ir::Inner::Contiguous);
+    int out = b.access(f, ir::Inner::Contiguous);
+    b.store(out, b.node(op, f, b.load(x)));
+    Compiled run(b.k);
+    const int n = 1000;
+    std::vector<float> xs(n), outs(n);
+    for (int i = 0; i < n; ++i) xs[i] = 0.01f + 0.0097f * i;
+    run({xs.data(), outs.data()}, {n, 0, 1, 0, 1}, {}, 0, n);
+    for (int i = 0; i < n; ++i) {
+      double v = xs[i], want = 0;
+      switch (op) {
+        case Op::Exp: want = std::exp(v); break;
+        case Op::Log: want = std::log(v); break;
+        case Op::Sin: want = std::sin(v); break;
+        case Op::Tanh: want = std::tanh(v); break;
+        case Op::Erf: want = std::erf(v); break;
+        case Op::Sigmoid: want = 1 / (1 + std::exp(-v)); break;
+        default: want = std::expm1(v); break;
+      }
+      ASSERT_NEAR(outs[i], want, 4e-6 * std::max(1.0, std::fabs(want))) << ir::op_name(op) << " at " << v;
+    }
+  }
+}
+
+TEST(Codegen, AnObjectLoadsAgainWithoutCompiling) {
+  test::KernelBuilder b(1);
+  int x = b.access(DType::Int32, ir::Inner::Contiguous);
+  int out = b.access(DType::Int32, ir::Inner::Contiguous);
+  b.store(out, b.node(Op::Mul, DType::Int32, b.load(x), b.load(x)));
+  auto obj = codegen::compile(b.k, "kiln_square", {});
+  auto first = codegen::load(obj.object, "kiln_square");
+  auto second = codegen::load(obj.object, "kiln_square");  // same symbol, another dylib
+  std::vector<int32_t> xs = {1, -2, 3}, a(3), c(3);
+  std::vector<int64_t> ints = {3, 0, 1, 0, 1};
+  void* bufs1[] = {xs.data(), a.data()};
+  void* bufs2[] = {xs.data(), c.data()};
+  first->fn(bufs1, ints.data(), nullptr, 0, 3);
+  first.reset();  // unloading one copy leaves the other working
+  second->fn(bufs2, ints.data(), nullptr, 0, 3);
+  EXPECT_EQ(a, (std::vector<int32_t>{1, 4, 9}));
+  EXPECT_EQ(c, a);
+}
+
+TEST(Codegen, MalformedObjectIsAClearError) {
+  try {
+    codegen::load("not an object", "kiln_missing");
+    FAIL() << "loaded garbage";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("kiln_missing"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Codegen, FingerprintNamesTheCompilerAndTheCpu) {
+  std::string plain = codegen::environment_fingerprint({});
+  std::string fast = codegen::environment_fingerprint({.fast_math = true});
+  EXPECT_NE(plain.find("llvm=19"), std::string::npos) << plain;
+  EXPECT_NE(plain.find("cpu="), std::string::npos) << plain;
+  EXPECT_NE(plain, fast);
+}
