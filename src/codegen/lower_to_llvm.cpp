@@ -362,10 +362,24 @@ class Lowering {
     return v;
   }
 
-  void store(const ir::Store& st, Scope& s) {
-    Value* v = value(st.value, s);
-    if (k_.accesses[st.access].dtype == DType::Bool) v = b_.CreateZExt(v, b_.getInt8Ty());
-    b_.CreateStore(v, address(st.access, s));
+  // Every value first, then every store: a value may load the address an
+  // earlier store of the same iteration writes (x read by one op, then
+  // written in place by the next), and must see the old contents.
+  void store_all(const std::vector<const ir::Store*>& stores, Scope& s) {
+    std::vector<Value*> values;
+    for (const ir::Store* st : stores) values.push_back(value(st->value, s));
+    for (size_t i = 0; i < stores.size(); ++i) {
+      Value* v = values[i];
+      if (k_.accesses[stores[i]->access].dtype == DType::Bool) v = b_.CreateZExt(v, b_.getInt8Ty());
+      b_.CreateStore(v, address(stores[i]->access, s));
+    }
+  }
+  std::vector<const ir::Store*> stores_where(bool row_invariant) {
+    std::vector<const ir::Store*> out;
+    for (const ir::Store& st : k_.stores) {
+      if (k_.reduce_rank == 0 || k_.accesses[st.access].row_invariant == row_invariant) out.push_back(&st);
+    }
+    return out;
   }
 
   // ------------------------------------------------------------ loops
@@ -450,7 +464,7 @@ class Lowering {
       }
       for (int d = 0; d < R - 1; ++d) s.index[d] = c[d];
       s.index[R - 1] = b_.CreateAdd(start, j);
-      for (const ir::Store& st : k_.stores) store(st, s);
+      store_all(stores_where(false), s);
     });
     i->addIncoming(b_.CreateAdd(i, count), b_.GetInsertBlock());
     b_.CreateBr(head);
@@ -515,23 +529,16 @@ class Lowering {
       std::vector<Value*> row_base;
       for (size_t a = 0; a < k_.accesses.size(); ++a) row_base.push_back(offset_at(static_cast<int>(a), outer, 0, K0, offsets_[a]));
       for (size_t ri = 0; ri < k_.reductions.size(); ++ri) emit_reduction(static_cast<int>(ri), outer, row_base);
-      bool element_stores = false;
-      for (const ir::Store& st : k_.stores) element_stores |= !row_level_[st.value] || !k_.accesses[st.access].row_invariant;
-      if (element_stores) {
-        reduced_loops(outer, row_base, [&](Scope& s, Value*) {
-          for (const ir::Store& st : k_.stores) {
-            if (!k_.accesses[st.access].row_invariant) store(st, s);
-          }
-        });
+      const std::vector<const ir::Store*> element_stores = stores_where(false);
+      if (!element_stores.empty()) {
+        reduced_loops(outer, row_base, [&](Scope& s, Value*) { store_all(element_stores, s); });
       }
       Scope rs = new_scope();
       for (size_t a = 0; a < k_.accesses.size(); ++a) {
         if (k_.accesses[a].row_invariant) rs.offset[a] = row_base[a];
       }
       for (int d = 0; d < K0; ++d) rs.index[d] = outer[d];
-      for (const ir::Store& st : k_.stores) {
-        if (k_.accesses[st.access].row_invariant) store(st, rs);
-      }
+      store_all(stores_where(true), rs);
     });
   }
 

@@ -1,0 +1,89 @@
+// XXH3-128 keys and the in-memory executable cache (see include/kiln/cache.h).
+#include <xxhash.h>
+
+#include <condition_variable>
+#include <cstdio>
+#include <exception>
+
+#include "kiln/cache.h"
+
+namespace kiln::cache {
+
+std::string Key::hex() const {
+  char buf[33];
+  std::snprintf(buf, sizeof(buf), "%016llx%016llx", static_cast<unsigned long long>(high),
+                static_cast<unsigned long long>(low));
+  return buf;
+}
+
+Key make_key(std::string_view kernel_bytes, std::string_view fingerprint) {
+  XXH3_state_t* state = XXH3_createState();
+  XXH3_128bits_reset(state);
+  // Length-prefixed so that no split of the same bytes collides.
+  const uint64_t n = kernel_bytes.size();
+  XXH3_128bits_update(state, &n, sizeof(n));
+  XXH3_128bits_update(state, kernel_bytes.data(), kernel_bytes.size());
+  XXH3_128bits_update(state, fingerprint.data(), fingerprint.size());
+  XXH128_hash_t h = XXH3_128bits_digest(state);
+  XXH3_freeState(state);
+  return {h.low64, h.high64};
+}
+
+struct MemoryCache::Slot {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::shared_ptr<const Entry> entry;
+  std::exception_ptr error;
+};
+
+std::shared_ptr<const Entry> MemoryCache::get_or_build(const Key& key,
+                                                                   const std::function<Entry()>& build, bool* hit) {
+  std::shared_ptr<Slot> slot;
+  bool builder = false;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = slots_.find(key);
+    if (it == slots_.end()) {
+      slot = std::make_shared<Slot>();
+      slots_.emplace(key, slot);
+      builder = true;
+    } else {
+      slot = it->second;
+    }
+  }
+  if (hit) *hit = !builder;
+  if (builder) {
+    try {
+      auto entry = std::make_shared<const Entry>(build());
+      std::lock_guard<std::mutex> lock(slot->mu);
+      slot->entry = std::move(entry);
+      slot->done = true;
+    } catch (...) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        slots_.erase(key);
+      }
+      std::lock_guard<std::mutex> lock(slot->mu);
+      slot->error = std::current_exception();
+      slot->done = true;
+    }
+    slot->cv.notify_all();
+  }
+  std::unique_lock<std::mutex> lock(slot->mu);
+  slot->cv.wait(lock, [&] { return slot->done; });
+  if (slot->error) std::rethrow_exception(slot->error);
+  return slot->entry;
+}
+
+size_t MemoryCache::size() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return slots_.size();
+}
+
+void MemoryCache::clear() {
+  std::lock_guard<std::mutex> lock(mu_);
+  slots_.clear();
+}
+
+}  // namespace kiln::cache

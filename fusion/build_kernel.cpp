@@ -1,0 +1,178 @@
+// A grown region -> Kernel IR plus its launch arguments.
+//
+// Only what the kept stores need is emitted. Dims are ordered kept-then-
+// reduced, size-1 dims dropped and neighbours merged where every view allows
+// (a contiguous tensor of any shape becomes rank 1), so that one kernel
+// serves every shape with the same layout pattern.
+#include <algorithm>
+#include <numeric>
+#include <stdexcept>
+
+#include "fusion/region_builder.h"
+
+namespace kiln::fusion {
+
+int64_t RegionBuilder::store_bytes(const StoreRef& s, const trace::TraceOp&) const {
+  int64_t n = ir::dtype_size(s.view.dtype);
+  for (size_t d = 0; d < sizes_.size(); ++d) {
+    if (s.view.strides[d] != 0) n *= sizes_[d];
+  }
+  return n;
+}
+
+std::optional<PlannedKernel> RegionBuilder::build(const std::vector<bool>& keep) const {
+  // 1. What the kept stores need.
+  std::vector<bool> needed(nodes_.size(), false), reduction_needed(reductions_.size(), false);
+  std::vector<int32_t> stack;
+  for (size_t i = 0; i < stores_.size(); ++i) {
+    if (keep[i]) stack.push_back(stores_[i].value);
+  }
+  if (stack.empty()) return std::nullopt;
+  while (!stack.empty()) {
+    const int32_t id = stack.back();
+    stack.pop_back();
+    if (needed[id]) continue;
+    needed[id] = true;
+    const ir::Node& n = nodes_[id];
+    for (int j = 0; j < ir::op_arity(n.op); ++j) stack.push_back(n.in[j]);
+    if (n.op == ir::Op::ReduceValue && !reduction_needed[n.arg]) {
+      reduction_needed[n.arg] = true;
+      stack.push_back(reductions_[n.arg].value);
+    }
+  }
+
+  // 2. The views that take part, in region coordinates.
+  std::vector<trace::View> views;
+  auto view_index = [&](const trace::View& v) {
+    for (size_t i = 0; i < views.size(); ++i) {
+      if (views[i] == v) return static_cast<int32_t>(i);
+    }
+    views.push_back(v);
+    return static_cast<int32_t>(views.size()) - 1;
+  };
+  std::vector<int32_t> load_view(memory_loads_.size(), -1);
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (needed[i] && nodes_[i].op == ir::Op::Load) load_view[nodes_[i].arg] = view_index(memory_loads_[nodes_[i].arg]);
+  }
+  std::vector<int32_t> store_view(stores_.size(), -1);
+  for (size_t i = 0; i < stores_.size(); ++i) {
+    if (keep[i]) store_view[i] = view_index(stores_[i].view);
+  }
+
+  // 3. Dims: kept then reduced, size-1 dropped, mergeable neighbours merged.
+  struct Dim {
+    int64_t size;
+    bool reduced;
+    std::vector<int64_t> strides;  // per view
+  };
+  std::vector<Dim> dims;
+  bool any_reduction = false;
+  for (bool r : reduction_needed) any_reduction |= r;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (size_t d = 0; d < sizes_.size(); ++d) {
+      const bool red = ((reduced_ >> d) & 1) && any_reduction;
+      if (red != (pass == 1) || sizes_[d] == 1) continue;
+      Dim dim{sizes_[d], red, {}};
+      for (const auto& v : views) dim.strides.push_back(v.strides[d]);
+      if (!dims.empty() && dims.back().reduced == red) {
+        Dim& prev = dims.back();
+        bool mergeable = true;
+        for (size_t v = 0; v < views.size(); ++v) mergeable &= prev.strides[v] == dim.strides[v] * dim.size;
+        if (mergeable) {
+          prev.size *= dim.size;
+          prev.strides = dim.strides;
+          continue;
+        }
+      }
+      dims.push_back(std::move(dim));
+    }
+    if (pass == 1 && any_reduction && (dims.empty() || !dims.back().reduced)) {
+      dims.push_back({1, true, std::vector<int64_t>(views.size(), 0)});
+    }
+  }
+  if (dims.empty()) dims.push_back({1, false, std::vector<int64_t>(views.size(), 0)});
+
+  PlannedKernel out;
+  ir::Kernel& k = out.kernel;
+  k.rank = static_cast<int>(dims.size());
+  k.reduce_rank = 0;
+  for (const Dim& d : dims) k.reduce_rank += d.reduced ? 1 : 0;
+
+  // 4. Accesses and pointer slots.
+  for (size_t v = 0; v < views.size(); ++v) {
+    int32_t slot = -1;
+    for (size_t s = 0; s < out.buffer_ids.size(); ++s) {
+      if (out.buffer_ids[s] == views[v].buffer) slot = static_cast<int32_t>(s);
+    }
+    if (slot < 0) {
+      out.buffer_ids.push_back(views[v].buffer);
+      slot = static_cast<int32_t>(out.buffer_ids.size()) - 1;
+    }
+    ir::Access a;
+    a.buffer = slot;
+    a.dtype = views[v].dtype;
+    const int64_t inner = dims.back().strides[v];
+    a.inner = inner == 1 ? ir::Inner::Contiguous : inner == 0 ? ir::Inner::Broadcast : ir::Inner::Strided;
+    a.row_invariant = true;
+    for (const Dim& d : dims) {
+      if (d.reduced && d.strides[v] != 0) a.row_invariant = false;
+    }
+    k.accesses.push_back(a);
+  }
+  k.num_buffers = static_cast<int>(out.buffer_ids.size());
+
+  // 5. Nodes, renumbered; scalars and reductions that are used.
+  std::vector<int32_t> remap(nodes_.size(), -1), scalar_slot(scalar_types_.size(), -1);
+  std::vector<int32_t> reduction_slot(reductions_.size(), -1);
+  for (size_t r = 0; r < reductions_.size(); ++r) {
+    if (reduction_needed[r]) reduction_slot[r] = static_cast<int32_t>(std::count(reduction_needed.begin(), reduction_needed.begin() + r, true));
+  }
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    if (!needed[i]) continue;
+    ir::Node n = nodes_[i];
+    for (int j = 0; j < ir::op_arity(n.op); ++j) n.in[j] = remap[n.in[j]];
+    if (n.op == ir::Op::Load) n.arg = load_view[n.arg];
+    if (n.op == ir::Op::ReduceValue) n.arg = reduction_slot[n.arg];
+    if (n.op == ir::Op::Scalar) {
+      k.scalars.push_back(scalar_types_[n.arg]);
+      out.scalars.push_back(scalar_f_[n.arg]);
+      scalar_slot[n.arg] = static_cast<int32_t>(k.scalars.size()) - 1;
+      n.arg = scalar_slot[n.arg];
+    }
+    if (n.op == ir::Op::Index) {
+      throw std::logic_error("kiln fusion: index nodes are not supported after dim merging");
+    }
+    k.nodes.push_back(n);
+    remap[i] = static_cast<int32_t>(k.nodes.size()) - 1;
+  }
+  for (size_t r = 0; r < reductions_.size(); ++r) {
+    if (!reduction_needed[r]) continue;
+    ir::Reduction red = reductions_[r];
+    red.value = remap[red.value];
+    k.reductions.push_back(red);
+  }
+  for (size_t i = 0; i < stores_.size(); ++i) {
+    if (keep[i]) k.stores.push_back({store_view[i], remap[stores_[i].value]});
+  }
+
+  // 6. Launch arguments.
+  for (const Dim& d : dims) out.ints.push_back(d.size);
+  for (size_t v = 0; v < views.size(); ++v) {
+    out.ints.push_back(views[v].offset);
+    for (const Dim& d : dims) out.ints.push_back(d.strides[v]);
+  }
+  for (size_t s = 0; s < scalar_types_.size(); ++s) {
+    if (scalar_slot[s] >= 0) out.ints.push_back(scalar_i_[s]);
+  }
+  out.work = 1;
+  for (const Dim& d : dims) {
+    if (!d.reduced) out.work *= d.size;
+  }
+  if (k.reduce_rank == 0) {
+    for (const Dim& d : dims) out.work *= d.reduced ? d.size : 1;
+  }
+  ir::validate(k);
+  return out;
+}
+
+}  // namespace kiln::fusion

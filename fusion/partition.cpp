@@ -1,0 +1,221 @@
+// Partitioning a trace into regions (see include/kiln/fusion.h for the rules).
+//
+// Regions are built greedily in trace order. Each keeps its fragment in
+// region numbering as it grows: region nodes, the views it loads from
+// memory, its stores. An op joins when its iteration space embeds into the
+// region's and no memory hazard forbids it; its loads of values the region
+// already stored through the same view become those values (forwarding).
+#include "fusion/region_builder.h"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace kiln::fusion {
+namespace {
+
+// Memory extent of a view over `sizes`, in bytes: [lo, hi). Empty views
+// (a zero-size dim) give lo == hi.
+std::pair<int64_t, int64_t> extent(const trace::View& v, const std::vector<int64_t>& sizes) {
+  int64_t lo = v.offset, hi = v.offset;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 0) return {0, 0};
+    const int64_t span = v.strides[d] * (sizes[d] - 1);
+    (span < 0 ? lo : hi) += span;
+  }
+  const int64_t esz = ir::dtype_size(v.dtype);
+  return {lo * esz, (hi + 1) * esz};
+}
+
+}  // namespace
+
+bool RegionBuilder::overlaps(const trace::View& a, const trace::View& b) const {
+  if (a.buffer != b.buffer) return false;
+  auto ea = extent(a, sizes_), eb = extent(b, sizes_);
+  if (ea.first == ea.second || eb.first == eb.second) return false;
+  return ea.first < eb.second && eb.first < ea.second;
+}
+
+std::optional<std::vector<int32_t>> RegionBuilder::embed(const trace::TraceOp& op) const {
+  const size_t rank = sizes_.size();
+  std::vector<int32_t> identity(op.sizes.size());
+  for (size_t i = 0; i < identity.size(); ++i) identity[i] = static_cast<int32_t>(i);
+  if (op.reduced != 0) {
+    if (op.sizes == sizes_ && (reduced_ == 0 || reduced_ == op.reduced)) return identity;
+    return std::nullopt;
+  }
+  if (op.sizes == sizes_) return identity;
+  if (reduced_ == 0) return std::nullopt;
+  // Row-level: the reduced shape with keepdim (reduced dims of size 1) ...
+  if (op.sizes.size() == rank) {
+    bool keepdim = true;
+    for (size_t d = 0; d < rank; ++d) {
+      const bool red = (reduced_ >> d) & 1;
+      keepdim = keepdim && (red ? op.sizes[d] == 1 : op.sizes[d] == sizes_[d]);
+    }
+    if (keepdim) return identity;
+  }
+  // ... or without the reduced dims.
+  std::vector<int32_t> map;
+  for (size_t d = 0; d < rank; ++d) {
+    if (!((reduced_ >> d) & 1)) map.push_back(static_cast<int32_t>(d));
+  }
+  if (map.size() != op.sizes.size()) return std::nullopt;
+  for (size_t i = 0; i < map.size(); ++i) {
+    if (op.sizes[i] != sizes_[map[i]]) return std::nullopt;
+  }
+  return map;
+}
+
+trace::View RegionBuilder::to_region(const trace::View& v, const std::vector<int32_t>& map) const {
+  trace::View out = v;
+  out.strides.assign(sizes_.size(), 0);
+  for (size_t i = 0; i < map.size(); ++i) {
+    if (sizes_[map[i]] != 1) out.strides[map[i]] = v.strides[i];
+  }
+  return out;
+}
+
+std::string RegionBuilder::try_add(const trace::TraceOp& op, int32_t index) {
+  if (num_ops_ == 0) {
+    sizes_ = op.sizes;
+    reduced_ = op.reduced;
+    first_op_ = index;
+  } else if (num_ops_ >= max_ops_) {
+    return "size limit";
+  }
+  auto map = embed(op);
+  if (!map) return "iteration space";
+
+  // Hazards against what earlier ops of the region did.
+  std::vector<trace::View> loads, stores;
+  std::vector<int32_t> forwarded(op.loads.size(), -1);
+  for (size_t i = 0; i < op.loads.size(); ++i) {
+    trace::View v = to_region(op.loads[i], *map);
+    for (auto it = stores_.rbegin(); it != stores_.rend(); ++it) {
+      if (it->view == v) {
+        forwarded[i] = it->value;
+        break;
+      }
+      if (overlaps(it->view, v)) return "read through another view of a value written in the region";
+    }
+    loads.push_back(std::move(v));
+  }
+  for (const auto& out : op.stores) {
+    trace::View v = to_region(out.view, *map);
+    for (const auto& l : memory_loads_) {
+      if (!(l == v) && overlaps(l, v)) return "write over a value the region read through another view";
+    }
+    for (const auto& s : stores_) {
+      if (!(s.view == v) && overlaps(s.view, v)) return "write over a value the region wrote through another view";
+    }
+    stores.push_back(std::move(v));
+  }
+
+  // Commit: the op's fragment in region numbering.
+  if (op.reduced != 0) reduced_ = op.reduced;
+  std::vector<int32_t> remap(op.nodes.size(), -1);
+  const auto reduction_base = static_cast<int32_t>(reductions_.size());
+  for (size_t i = 0; i < op.nodes.size(); ++i) {
+    ir::Node n = op.nodes[i];
+    switch (n.op) {
+      case ir::Op::Load:
+        if (forwarded[n.arg] >= 0) {
+          remap[i] = forwarded[n.arg];
+          continue;
+        }
+        n.arg = memory_load(loads[n.arg]);
+        break;
+      case ir::Op::Scalar:
+        scalar_types_.push_back(op.scalar_types[n.arg]);
+        scalar_f_.push_back(op.scalar_f[n.arg]);
+        scalar_i_.push_back(op.scalar_i[n.arg]);
+        n.arg = static_cast<int32_t>(scalar_types_.size()) - 1;
+        break;
+      case ir::Op::ReduceValue:
+        n.arg += reduction_base;
+        break;
+      case ir::Op::Index:
+        n.arg = (*map)[n.arg];
+        break;
+      default:
+        break;
+    }
+    for (int j = 0; j < ir::op_arity(n.op); ++j) n.in[j] = remap[n.in[j]];
+    nodes_.push_back(n);
+    remap[i] = static_cast<int32_t>(nodes_.size()) - 1;
+  }
+  for (ir::Reduction r : op.reductions) {
+    r.value = remap[r.value];
+    reductions_.push_back(r);
+  }
+  for (size_t i = 0; i < op.stores.size(); ++i) {
+    stores_.push_back({stores[i], remap[op.stores[i].value], index});
+  }
+  ++num_ops_;
+  return "";
+}
+
+int32_t RegionBuilder::memory_load(const trace::View& v) {
+  for (size_t i = 0; i < memory_loads_.size(); ++i) {
+    if (memory_loads_[i] == v) return static_cast<int32_t>(i);
+  }
+  memory_loads_.push_back(v);
+  return static_cast<int32_t>(memory_loads_.size()) - 1;
+}
+
+Region RegionBuilder::region(std::string ended_by) const {
+  Region r;
+  r.first_op = first_op_;
+  r.num_ops = num_ops_;
+  r.sizes = sizes_;
+  r.reduced = reduced_;
+  r.ended_by = std::move(ended_by);
+  return r;
+}
+
+Plan plan(const trace::Trace& trace, const Options& options) {
+  Plan out;
+  std::vector<RegionBuilder> built;
+  RegionBuilder current(options.max_ops);
+  for (size_t i = 0; i < trace.ops.size(); ++i) {
+    std::string refused = current.try_add(trace.ops[i], static_cast<int32_t>(i));
+    if (refused.empty()) continue;
+    out.regions.push_back(current.region(refused));
+    built.push_back(std::move(current));
+    current = RegionBuilder(options.max_ops);
+    std::string again = current.try_add(trace.ops[i], static_cast<int32_t>(i));
+    if (!again.empty()) throw std::logic_error("kiln fusion: an op cannot start a region: " + again);
+  }
+  if (current.num_ops() > 0) {
+    out.regions.push_back(current.region("end of trace"));
+    built.push_back(std::move(current));
+  }
+
+  // Dead buffers: stores are dropped unless some region reads them from memory.
+  std::vector<bool> materialize(trace.buffers.size(), false);
+  for (const auto& b : built) {
+    for (const auto& v : b.memory_loads()) {
+      if (trace.buffers[v.buffer].dead) materialize[v.buffer] = true;
+    }
+  }
+  for (size_t i = 0; i < trace.buffers.size(); ++i) {
+    if (materialize[i]) out.scratch.push_back(static_cast<int32_t>(i));
+  }
+  for (size_t r = 0; r < built.size(); ++r) {
+    std::vector<bool> keep;
+    for (const auto& s : built[r].stores()) {
+      const trace::Buffer& b = trace.buffers[s.view.buffer];
+      const bool kept = !b.dead || materialize[s.view.buffer];
+      keep.push_back(kept);
+      if (!kept) out.bytes_not_written += built[r].store_bytes(s, trace.ops[s.op]);
+    }
+    auto k = built[r].build(keep);
+    if (k) {
+      k->region = static_cast<int32_t>(r);
+      out.kernels.push_back(std::move(*k));
+    }
+  }
+  return out;
+}
+
+}  // namespace kiln::fusion

@@ -1,0 +1,53 @@
+// One region while it grows, and the kernel it becomes (internal to fusion/).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiln/fusion.h"
+
+namespace kiln::fusion {
+
+class RegionBuilder {
+ public:
+  struct StoreRef {
+    trace::View view;  // region coordinates
+    int32_t value;     // region node
+    int32_t op;        // trace op that stored it
+  };
+
+  explicit RegionBuilder(int max_ops) : max_ops_(max_ops) {}
+
+  // Adds trace op `index`, or returns why it cannot join (nothing changes then).
+  std::string try_add(const trace::TraceOp& op, int32_t index);
+  int num_ops() const { return num_ops_; }
+  Region region(std::string ended_by) const;
+  const std::vector<trace::View>& memory_loads() const { return memory_loads_; }
+  const std::vector<StoreRef>& stores() const { return stores_; }
+  int64_t store_bytes(const StoreRef& s, const trace::TraceOp& op) const;
+
+  // The kernel computing the stores marked in `keep` (nullopt: nothing to compute).
+  std::optional<PlannedKernel> build(const std::vector<bool>& keep) const;
+
+ private:
+  std::optional<std::vector<int32_t>> embed(const trace::TraceOp& op) const;
+  trace::View to_region(const trace::View& v, const std::vector<int32_t>& map) const;
+  bool overlaps(const trace::View& a, const trace::View& b) const;
+  int32_t memory_load(const trace::View& v);
+
+  int max_ops_;
+  int num_ops_ = 0;
+  int32_t first_op_ = 0;
+  std::vector<int64_t> sizes_;
+  uint64_t reduced_ = 0;
+  std::vector<ir::Node> nodes_;  // Load args index memory_loads_
+  std::vector<trace::View> memory_loads_;
+  std::vector<ir::DType> scalar_types_;
+  std::vector<double> scalar_f_;
+  std::vector<int64_t> scalar_i_;
+  std::vector<ir::Reduction> reductions_;
+  std::vector<StoreRef> stores_;
+};
+
+}  // namespace kiln::fusion

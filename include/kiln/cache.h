@@ -1,0 +1,54 @@
+// Executable keys and the in-memory executable cache.
+//
+// A key is XXH3-128 over the canonical Kernel IR bytes and the environment
+// fingerprint (codegen version, LLVM version, CPU, code-changing knobs): a
+// 128-bit key because a collision would run the wrong machine code. The entry
+// keeps the relocatable object bytes next to the loaded executable, ready for
+// the persistent store of the next issue. No torch, no LLVM.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "kiln/runtime.h"
+
+namespace kiln::cache {
+
+struct Key {
+  uint64_t low = 0, high = 0;
+  bool operator==(const Key&) const = default;
+  std::string hex() const;  // 32 hex digits, high word first
+};
+
+Key make_key(std::string_view kernel_bytes, std::string_view fingerprint);
+
+struct Entry {
+  std::string object;                             // relocatable object bytes
+  std::shared_ptr<runtime::Executable> executable;
+  double compile_ms = 0;
+};
+
+class MemoryCache {
+ public:
+  // The entry for `key`, built by `build` on a miss. Concurrent callers for a
+  // key being built wait for it instead of compiling it again; if `build`
+  // throws, the error reaches every waiter and the key stays absent.
+  std::shared_ptr<const Entry> get_or_build(const Key& key, const std::function<Entry()>& build, bool* hit = nullptr);
+  size_t size() const;
+  void clear();
+
+ private:
+  struct KeyHash {
+    size_t operator()(const Key& k) const { return static_cast<size_t>(k.low); }
+  };
+  struct Slot;
+  mutable std::mutex mu_;
+  std::unordered_map<Key, std::shared_ptr<Slot>, KeyHash> slots_;
+};
+
+}  // namespace kiln::cache

@@ -1,0 +1,58 @@
+// Fusion: partitions a micro-trace into regions and turns each region into
+// one kernel. Plain C++ over trace::Trace; no torch, no LLVM.
+//
+// Rules (docs/fusion.md lists each with the test that pins it):
+//  - A region is a run of consecutive ops over one iteration space: pointwise
+//    ops over the same shape fuse vertically (chains) and horizontally
+//    (siblings, as one multi-output kernel).
+//  - A reduction joins a region over its input's shape; pointwise ops over the
+//    reduced shape (row-level) and over the full shape after it (epilogue)
+//    join too, so softmax and LayerNorm are one row kernel.
+//  - A value written in the region and read back through the same view is
+//    forwarded in registers; read or written through a different,
+//    overlapping view, the region ends (eager order is kept across regions).
+//  - A region holds at most Options::max_ops ops.
+//  - Stores to buffers freed before the flush are dropped, unless a later
+//    region reads them from memory: then they get scratch memory.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kiln/kernel_ir.h"
+#include "kiln/trace.h"
+
+namespace kiln::fusion {
+
+struct Options {
+  int max_ops = 64;  // KILN_FUSION_MAX_OPS
+};
+
+struct Region {
+  int32_t first_op = 0, num_ops = 0;  // consecutive trace ops
+  std::vector<int64_t> sizes;         // iteration space
+  uint64_t reduced = 0;
+  std::string ended_by;               // why the next op did not join ("end of trace" for the last)
+};
+
+// A kernel ready to compile (kernel) and to launch (the rest).
+struct PlannedKernel {
+  ir::Kernel kernel;
+  std::vector<int32_t> buffer_ids;  // trace buffer of each pointer slot
+  std::vector<int64_t> ints;        // LaunchArgs::ints
+  std::vector<double> scalars;      // LaunchArgs::scalars
+  int64_t work = 0;                 // elements (pointwise) or rows (row kernel)
+  int32_t region = 0;
+};
+
+struct Plan {
+  std::vector<Region> regions;
+  std::vector<PlannedKernel> kernels;  // launch order; a region whose every store was dropped has none
+  std::vector<int32_t> scratch;        // dead buffers a later region reads: give them scratch memory
+  int64_t bytes_not_written = 0;       // stores dropped because their buffer died
+};
+
+Plan plan(const trace::Trace& trace, const Options& options);
+
+}  // namespace kiln::fusion

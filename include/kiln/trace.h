@@ -1,0 +1,108 @@
+// Micro-traces: the ops recorded on a device since its last flush.
+//
+// Each recorded op is a small Kernel-IR fragment over its own iteration
+// space, reading and writing strided views of device buffers. Fusion groups
+// consecutive ops into regions and stitches their fragments into kernels.
+// No torch: the dispatch layer lowers ATen ops into TraceOps.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kiln/kernel_ir.h"
+
+namespace kiln::trace {
+
+// A device allocation the trace touches.
+struct Buffer {
+  void* base = nullptr;
+  size_t nbytes = 0;
+  // Allocated for an output of this trace: nothing outside the trace has
+  // seen its contents, so if its owner frees it before the flush
+  // (`dead`), its stores can be dropped.
+  bool fresh = false;
+  bool dead = false;
+  // Keeps a buffer that is not fresh alive until the flush has launched.
+  std::shared_ptr<void> keepalive;
+};
+
+// A strided view of a buffer over an iteration space, in elements of
+// `dtype`. One stride per dim of the space; 0 along broadcast dims and,
+// canonically, along every dim of size 1.
+struct View {
+  int32_t buffer = -1;
+  ir::DType dtype = ir::DType::Float32;
+  int64_t offset = 0;
+  std::vector<int64_t> strides;
+  bool operator==(const View&) const = default;
+};
+
+// One recorded op.
+struct TraceOp {
+  std::string name;               // "aten::add.Tensor", for logs and errors
+  std::vector<int64_t> sizes;     // iteration space (rank >= 1)
+  uint64_t reduced = 0;           // bit d: dim d is reduced
+  std::vector<View> loads;        // Load nodes index these
+  std::vector<ir::DType> scalar_types;  // Scalar nodes index these
+  std::vector<double> scalar_f;
+  std::vector<int64_t> scalar_i;
+  std::vector<ir::Node> nodes;    // fragment; ReduceValue indexes `reductions`
+  std::vector<ir::Reduction> reductions;
+  struct Output {
+    View view;                    // stride 0 along reduced dims for reduced outputs
+    int32_t value = -1;           // node
+  };
+  std::vector<Output> stores;
+
+  // Helpers for lowerings.
+  int32_t add_node(ir::Op op, ir::DType t, int32_t a = -1, int32_t b = -1, int32_t c = -1, int32_t arg = -1,
+                   double imm = 0);
+  int32_t load(View v);
+  int32_t scalar_float(double v);
+  int32_t scalar_int(int64_t v, ir::DType t = ir::DType::Int64);
+  int32_t constant(ir::DType t, double v) { return add_node(ir::Op::Constant, t, -1, -1, -1, -1, v); }
+  int32_t cast(int32_t node, ir::DType t);  // no node when already `t`
+  int32_t reduce(ir::ReduceKind kind, ir::DType t, int32_t value);
+  void store(View v, int32_t value);
+  int64_t numel() const;
+};
+
+struct Trace {
+  std::vector<Buffer> buffers;
+  std::vector<TraceOp> ops;
+  bool empty() const { return ops.empty(); }
+};
+
+// The recording side of one device: the current trace and its buffers.
+// Thread-safe (autograd records from its own thread); callers hold lock()
+// across a lookup-and-append sequence.
+class Recorder {
+ public:
+  std::unique_lock<std::recursive_mutex> lock() { return std::unique_lock<std::recursive_mutex>(mu_); }
+
+  // The trace's id for the allocation at `base` (registered on first use).
+  // `keepalive` is held for buffers that are not fresh.
+  int32_t buffer(void* base, size_t nbytes, bool fresh, const std::shared_ptr<void>& keepalive);
+  // Whether `base` is a buffer of the current trace.
+  bool touches(const void* base) const;
+  void append(TraceOp op) { trace_.ops.push_back(std::move(op)); }
+  size_t size() const { return trace_.ops.size(); }
+
+  // Called when a device allocation is freed. A fresh buffer of the trace
+  // becomes dead; returns whether it was one.
+  bool on_free(const void* base);
+
+  // Hands the trace to the flush and starts an empty one.
+  Trace take();
+
+ private:
+  mutable std::recursive_mutex mu_;
+  Trace trace_;
+  std::unordered_map<const void*, int32_t> live_;  // base -> buffer id
+};
+
+}  // namespace kiln::trace
