@@ -19,7 +19,8 @@ enum class KnobKind {
   Boolean,   // 0 or 1
   Choice,    // one of `choices`
   ChoiceList,// comma-separated subset of `choices` (empty = none)
-  Text,      // free text matching no rule beyond being non-empty
+  Text,      // a lower-case identifier
+  Path,      // a filesystem path, or empty
 };
 
 struct KnobSpec {
@@ -61,6 +62,12 @@ struct Settings {
   FallbackPolicy fallback;
   bool metrics_at_exit;
   std::set<std::string> log;  // enabled KILN_LOG channels
+  bool lazy = true;           // KILN_MODE
+  int64_t trace_max_ops = 1024;
+  int fusion_max_ops = 64;
+  bool fast_math = false;
+  int num_threads = 1;
+  std::string dump_dir;       // empty: off
 
   bool log_enabled(const std::string& channel) const {
     return log.count(channel) != 0 || log.count("all") != 0;
@@ -86,6 +93,9 @@ std::vector<std::string> unknown_knob_warnings(
 
 // docs/knobs.md, generated from the table.
 std::string knobs_markdown();
+
+// The default thread count when KILN_NUM_THREADS=auto: the online cores.
+int auto_num_threads();
 
 // The default device capacity when KILN_DEVICE_MEMORY_MB=auto: a quarter of RAM.
 int64_t auto_device_memory_mb();

@@ -16,6 +16,13 @@ enum class Counter {
   SyncPoints,      // host waits for a device, by reason
   Errors,          // failed launches and rejected ops, by op
   Bytes,           // bytes copied, by direction (host_to_device, device_to_host, device_to_device)
+  TraceFlushes,    // micro-traces flushed, by reason
+  Regions,         // fused regions, by size bucket ("1 op", "2-3 ops", ...): a histogram
+  Compiles,        // kernels compiled by LLVM, by kind (pointwise, row)
+  CompileTime,     // compile time in microseconds: total_us, max_us
+  ExecutableCache, // executable lookups: hit, miss
+  ExecutableLaunches,  // compiled kernels launched, by kind
+  BytesNotWritten, // bytes fusion did not store (dead intermediates)
 };
 
 class Metrics {
@@ -23,6 +30,8 @@ class Metrics {
   static Metrics& global();
 
   void add(Counter counter, std::string_view key, int64_t n = 1);
+  // Raises the value under `key` to `n` if it is lower (for maxima).
+  void raise_to(Counter counter, std::string_view key, int64_t n);
   int64_t get(Counter counter, std::string_view key) const;
   // {"launches": {"aten::add.Tensor": 3, ...}, ...}
   std::map<std::string, std::map<std::string, int64_t>> snapshot() const;
@@ -33,7 +42,7 @@ class Metrics {
 
  private:
   using Table = std::map<std::string, int64_t, std::less<>>;
-  static constexpr int kCounters = 6;
+  static constexpr int kCounters = 13;
   mutable std::mutex mu_;
   Table tables_[kCounters];
 };

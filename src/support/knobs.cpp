@@ -30,8 +30,22 @@ const std::vector<KnobSpec>& knob_table() {
        {"warn", "error", "silent"}},
       {"KILN_METRICS", KnobKind::Boolean, "0", "1: print kiln's metrics report when the process exits."},
       {"KILN_LOG", KnobKind::ChoiceList, "",
-       "Comma-separated log channels printed to stderr.", 0, 0,
-       {"runtime", "dispatch", "fallback", "all"}},
+       "Comma-separated log channels printed to stderr (fusion: each region as it is formed).", 0, 0,
+       {"runtime", "dispatch", "fallback", "fusion", "compile", "all"}},
+      {"KILN_MODE", KnobKind::Choice, "lazy",
+       "lazy: record ops into micro-traces, fuse and compile them, launch at sync points; "
+       "eager: one library-kernel launch per op.", 0, 0, {"lazy", "eager"}},
+      {"KILN_TRACE_MAX_OPS", KnobKind::Integer, "1024",
+       "A micro-trace is flushed when it holds this many ops.", 1, 1000000},
+      {"KILN_FUSION_MAX_OPS", KnobKind::Integer, "64", "Most ops fused into one region (one kernel).", 1, 4096},
+      {"KILN_FAST_MATH", KnobKind::Boolean, "0",
+       "1: let compiled kernels reassociate and contract floating-point math (faster reductions, "
+       "results differ from eager in the last bits).", 0, 0},
+      {"KILN_NUM_THREADS", KnobKind::Integer, "auto",
+       "Threads a compiled kernel splits its iteration space over; auto = the machine's cores.", 1, 256, {},
+       "auto"},
+      {"KILN_DUMP_DIR", KnobKind::Path, "",
+       "Directory where the Kernel IR and LLVM IR of every compiled region are written (empty: off)."},
   };
   return table;
 }
@@ -116,6 +130,8 @@ void validate(const KnobSpec& spec, const std::string& value) {
           throw KnobError(spec, value);
       }
       return;
+    case KnobKind::Path:
+      return;  // any path; whether it is writable is checked where it is used
     case KnobKind::Text: {
       bool ok = !value.empty() && std::all_of(value.begin(), value.end(), [](char c) {
         return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
@@ -156,6 +172,8 @@ std::string accepted_values(const KnobSpec& spec) {
       return "one of " + join(spec.choices, ", ");
     case KnobKind::ChoiceList:
       return "a comma-separated list of " + join(spec.choices, ", ") + " (or empty)";
+    case KnobKind::Path:
+      return "a directory path (empty: off)";
     case KnobKind::Text: {
       std::string s = "a lower-case identifier ([a-z][a-z0-9_]*)";
       if (!spec.reserved.empty()) s += " other than " + join(spec.reserved, ", ");
@@ -169,6 +187,11 @@ KnobError::KnobError(const KnobSpec& spec, const std::string& value)
     : std::invalid_argument(std::string("kiln: invalid value for ") + spec.name + ": '" + value +
                             "'; accepted: " + accepted_values(spec) + " (default " +
                             (*spec.default_value ? spec.default_value : "empty") + ")") {}
+
+int auto_num_threads() {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? static_cast<int>(std::min<long>(n, 256)) : 1;
+}
 
 int64_t auto_device_memory_mb() {
   long pages = sysconf(_SC_PHYS_PAGES);
@@ -205,6 +228,13 @@ Settings parse_settings(const std::optional<std::map<std::string, std::string>>&
   s.fallback = fb == "error" ? FallbackPolicy::Error : fb == "silent" ? FallbackPolicy::Silent : FallbackPolicy::Warn;
   s.metrics_at_exit = values["KILN_METRICS"] == "1";
   for (const auto& c : split_list(values["KILN_LOG"])) s.log.insert(c);
+  s.lazy = values["KILN_MODE"] == "lazy";
+  s.trace_max_ops = *parse_int(values["KILN_TRACE_MAX_OPS"]);
+  s.fusion_max_ops = static_cast<int>(*parse_int(values["KILN_FUSION_MAX_OPS"]));
+  s.fast_math = values["KILN_FAST_MATH"] == "1";
+  const std::string& threads = values["KILN_NUM_THREADS"];
+  s.num_threads = threads == "auto" ? auto_num_threads() : static_cast<int>(*parse_int(threads));
+  s.dump_dir = values["KILN_DUMP_DIR"];
   return s;
 }
 

@@ -21,7 +21,9 @@ using Env = std::map<std::string, std::string>;
 
 const std::vector<std::string> kAllKnobs = {
     "KILN_DEVICE_NAME", "KILN_DEVICE_COUNT", "KILN_DEVICE_MEMORY_MB", "KILN_LAUNCH_BLOCKING",
-    "KILN_FALLBACK",    "KILN_METRICS",      "KILN_LOG",
+    "KILN_FALLBACK",    "KILN_METRICS",      "KILN_LOG",              "KILN_MODE",
+    "KILN_TRACE_MAX_OPS", "KILN_FUSION_MAX_OPS", "KILN_FAST_MATH",     "KILN_NUM_THREADS",
+    "KILN_DUMP_DIR",
 };
 
 bool contains(const std::string& haystack, const std::string& needle) {
@@ -240,3 +242,23 @@ TEST(Knobs, AcceptedValuesDescriptions) {
 }
 
 }  // namespace
+
+TEST(Knobs, AdaptiveEagerKnobsParse) {
+  using namespace kiln;
+  Settings s = parse_settings(std::map<std::string, std::string>{
+      {"KILN_MODE", "eager"}, {"KILN_TRACE_MAX_OPS", "7"}, {"KILN_FUSION_MAX_OPS", "3"},
+      {"KILN_FAST_MATH", "1"}, {"KILN_NUM_THREADS", "5"}, {"KILN_DUMP_DIR", "/tmp/kiln dump"}});
+  EXPECT_FALSE(s.lazy);
+  EXPECT_EQ(s.trace_max_ops, 7);
+  EXPECT_EQ(s.fusion_max_ops, 3);
+  EXPECT_TRUE(s.fast_math);
+  EXPECT_EQ(s.num_threads, 5);
+  EXPECT_EQ(s.dump_dir, "/tmp/kiln dump");
+  Settings d = parse_settings(std::map<std::string, std::string>{});
+  EXPECT_TRUE(d.lazy);
+  EXPECT_EQ(d.num_threads, auto_num_threads());
+  EXPECT_TRUE(d.dump_dir.empty());
+  EXPECT_THROW(parse_settings(std::map<std::string, std::string>{{"KILN_MODE", "jit"}}), KnobError);
+  EXPECT_THROW(parse_settings(std::map<std::string, std::string>{{"KILN_NUM_THREADS", "0"}}), KnobError);
+  EXPECT_THROW(parse_settings(std::map<std::string, std::string>{{"KILN_FUSION_MAX_OPS", "many"}}), KnobError);
+}

@@ -13,8 +13,11 @@ using kiln::Metrics;
 
 namespace {
 
-const Counter kAllCounters[] = {Counter::Launches, Counter::LibraryKernels, Counter::Fallbacks,
-                                Counter::SyncPoints, Counter::Errors,        Counter::Bytes};
+const Counter kAllCounters[] = {Counter::Launches,        Counter::LibraryKernels,   Counter::Fallbacks,
+                                Counter::SyncPoints,      Counter::Errors,           Counter::Bytes,
+                                Counter::TraceFlushes,    Counter::Regions,          Counter::Compiles,
+                                Counter::CompileTime,     Counter::ExecutableCache,  Counter::ExecutableLaunches,
+                                Counter::BytesNotWritten};
 
 bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
@@ -39,8 +42,10 @@ TEST(Metrics, AddAndGet) {
 TEST(Metrics, CounterNamesAreDistinct) {
   std::vector<std::string> names;
   for (Counter c : kAllCounters) names.push_back(Metrics::counter_name(c));
-  EXPECT_EQ(names, (std::vector<std::string>{"launches", "library_kernels", "fallbacks", "sync_points",
-                                              "errors", "bytes_copied"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"launches", "library_kernels", "fallbacks", "sync_points", "errors",
+                                              "bytes_copied", "trace_flushes", "regions", "kernels_compiled",
+                                              "compile_time", "executable_cache", "executable_launches",
+                                              "bytes_not_written"}));
 }
 
 TEST(Metrics, SnapshotHasEveryCounter) {
@@ -48,7 +53,7 @@ TEST(Metrics, SnapshotHasEveryCounter) {
   m.add(Counter::Fallbacks, "aten::nonzero", 3);
   m.add(Counter::SyncPoints, "item");
   auto snap = m.snapshot();
-  ASSERT_EQ(snap.size(), 6u);
+  ASSERT_EQ(snap.size(), std::size(kAllCounters));
   for (Counter c : kAllCounters) EXPECT_EQ(snap.count(Metrics::counter_name(c)), 1u);
   EXPECT_EQ(snap["fallbacks"].size(), 1u);
   EXPECT_EQ(snap["fallbacks"]["aten::nonzero"], 3);
@@ -132,3 +137,12 @@ TEST(Metrics, ConcurrentAddsSumCorrectly) {
 }
 
 }  // namespace
+
+TEST(Metrics, RaiseToKeepsTheMaximum) {
+  Metrics m;
+  m.raise_to(Counter::CompileTime, "max_us", 30);
+  m.raise_to(Counter::CompileTime, "max_us", 10);
+  EXPECT_EQ(m.get(Counter::CompileTime, "max_us"), 30);
+  m.raise_to(Counter::CompileTime, "max_us", 45);
+  EXPECT_EQ(m.get(Counter::CompileTime, "max_us"), 45);
+}

@@ -1,0 +1,29 @@
+// A loaded kernel as a runtime::Executable: splits its work over the pool.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "kiln/codegen.h"
+#include "kiln/runtime.h"
+#include "kiln/thread_pool.h"
+
+namespace kiln::engine {
+
+class CompiledExecutable final : public runtime::Executable {
+ public:
+  CompiledExecutable(std::string name, std::unique_ptr<codegen::LoadedKernel> code, int rank, int reduce_rank,
+                     runtime::ThreadPool& pool)
+      : name_(std::move(name)), code_(std::move(code)), rank_(rank), reduce_rank_(reduce_rank), pool_(pool) {}
+
+  const std::string& name() const override { return name_; }
+  void run(const runtime::LaunchArgs& args) override;
+
+ private:
+  std::string name_;
+  std::unique_ptr<codegen::LoadedKernel> code_;
+  int rank_, reduce_rank_;
+  runtime::ThreadPool& pool_;
+};
+
+}  // namespace kiln::engine

@@ -1,0 +1,154 @@
+// The flush pipeline (see include/kiln/engine.h).
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <stdexcept>
+
+#include "engine/compiled_executable.h"
+#include "kiln/engine.h"
+#include "kiln/metrics.h"
+
+namespace kiln::engine {
+namespace {
+
+Options g_options;
+std::once_flag g_pool_once;
+runtime::ThreadPool* g_pool = nullptr;
+
+runtime::ThreadPool& pool() {
+  std::call_once(g_pool_once, [] { g_pool = new runtime::ThreadPool(g_options.num_threads); });  // never destroyed
+  return *g_pool;
+}
+
+const std::string& fingerprint() {
+  static const std::string f = codegen::environment_fingerprint(g_options.codegen);
+  return f;
+}
+
+bool logging(const char* channel) { return g_options.log && g_options.log_enabled && g_options.log_enabled(channel); }
+
+std::string size_bucket(int ops) {
+  if (ops == 1) return "1 op";
+  int lo = 2;
+  while (lo * 2 <= ops && lo < 64) lo *= 2;
+  if (lo >= 64) return "64+ ops";
+  return std::to_string(lo) + "-" + std::to_string(lo * 2 - 1) + " ops";
+}
+
+std::string describe(const trace::Trace& t, const fusion::Region& r, size_t index, bool has_kernel) {
+  std::ostringstream os;
+  os << "region " << index << ": " << r.num_ops << (r.num_ops == 1 ? " op" : " ops") << " over [";
+  for (size_t d = 0; d < r.sizes.size(); ++d) os << (d ? ", " : "") << r.sizes[d] << (((r.reduced >> d) & 1) ? "r" : "");
+  os << "]: ";
+  for (int i = 0; i < r.num_ops; ++i) os << (i ? " " : "") << t.ops[r.first_op + i].name;
+  os << (has_kernel ? "" : " (every store dead: no kernel)") << "; ended by " << r.ended_by;
+  return os.str();
+}
+
+void dump(const std::string& name, const ir::Kernel& k, const std::string& llvm_ir) {
+  namespace fs = std::filesystem;
+  const fs::path dir(g_options.dump_dir);
+  std::ofstream(dir / (name + ".kir")) << ir::to_text(k);
+  std::ofstream(dir / (name + ".ll")) << llvm_ir;
+}
+
+cache::Entry build(const fusion::PlannedKernel& pk, const std::string& name) {
+  const bool want_ir = !g_options.dump_dir.empty();
+  codegen::CompiledObject obj = codegen::compile(pk.kernel, name, g_options.codegen, want_ir);
+  if (want_ir) dump(name, pk.kernel, obj.llvm_ir);
+  const char* kind = pk.kernel.reduce_rank ? "row" : "pointwise";
+  Metrics::global().add(Counter::Compiles, kind);
+  const auto us = static_cast<int64_t>(obj.compile_ms * 1000);
+  Metrics::global().add(Counter::CompileTime, "total_us", us);
+  Metrics::global().raise_to(Counter::CompileTime, "max_us", us);
+  if (logging("compile")) {
+    g_options.log("compile", name + ": " + kind + " kernel, " + std::to_string(pk.kernel.nodes.size()) + " nodes, " +
+                                 std::to_string(obj.compile_ms) + " ms, " + std::to_string(obj.object.size()) +
+                                 " bytes of object code");
+  }
+  cache::Entry e;
+  e.compile_ms = obj.compile_ms;
+  e.executable = std::make_shared<CompiledExecutable>(name, codegen::load(obj.object, name), pk.kernel.rank,
+                                                      pk.kernel.reduce_rank, pool());
+  e.object = std::move(obj.object);
+  return e;
+}
+
+}  // namespace
+
+void configure(const Options& options) {
+  if (!options.dump_dir.empty()) {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    fs::create_directories(options.dump_dir, ec);
+    const fs::path probe = fs::path(options.dump_dir) / ".kiln_write_probe";
+    std::ofstream out(probe);
+    if (ec || !out) {
+      throw std::invalid_argument("kiln: KILN_DUMP_DIR='" + options.dump_dir +
+                                  "' is not a writable directory" + (ec ? " (" + ec.message() + ")" : "") +
+                                  "; set it to a directory kiln may create files in, or leave it empty");
+    }
+    out.close();
+    fs::remove(probe, ec);
+  }
+  g_options = options;
+}
+
+const Options& options() { return g_options; }
+
+cache::MemoryCache& executable_cache() {
+  static auto* c = new cache::MemoryCache();  // never destroyed: kernels may run during shutdown
+  return *c;
+}
+
+void flush(runtime::Device& dev, trace::Trace trace, std::string_view reason) {
+  if (trace.empty()) return;
+  Metrics& metrics = Metrics::global();
+  metrics.add(Counter::TraceFlushes, reason);
+  fusion::Plan plan = fusion::plan(trace, g_options.fusion);
+  std::vector<bool> has_kernel(plan.regions.size(), false);
+  for (const auto& k : plan.kernels) has_kernel[k.region] = true;
+  for (size_t r = 0; r < plan.regions.size(); ++r) {
+    metrics.add(Counter::Regions, size_bucket(plan.regions[r].num_ops));
+    if (logging("fusion")) g_options.log("fusion", describe(trace, plan.regions[r], r, has_kernel[r]));
+  }
+  if (plan.bytes_not_written) metrics.add(Counter::BytesNotWritten, "dead intermediates", plan.bytes_not_written);
+
+  // Dead buffers a later region reads live in scratch memory for this flush.
+  std::vector<void*> base(trace.buffers.size());
+  for (size_t i = 0; i < trace.buffers.size(); ++i) base[i] = trace.buffers[i].base;
+  std::vector<void*> scratch;
+  struct ScratchGuard {  // frees behind the launches, also when a compile fails
+    runtime::Device& dev;
+    std::vector<void*>& ptrs;
+    ~ScratchGuard() {
+      for (void* p : ptrs) dev.free(p);
+    }
+  } guard{dev, scratch};
+  for (int32_t b : plan.scratch) {
+    scratch.push_back(dev.allocate(trace.buffers[b].nbytes));
+    base[b] = scratch.back();
+  }
+
+  for (const auto& pk : plan.kernels) {
+    const cache::Key key = cache::make_key(ir::serialize(pk.kernel), fingerprint());
+    const std::string name = "kiln_" + key.hex();
+    bool hit = false;
+    auto entry = executable_cache().get_or_build(key, [&] { return build(pk, name); }, &hit);
+    metrics.add(Counter::ExecutableCache, hit ? "hit" : "miss");
+    if (pk.work == 0) continue;
+    runtime::LaunchArgs args;
+    for (int32_t id : pk.buffer_ids) args.buffers.push_back(base[id]);
+    args.ints = pk.ints;
+    args.scalars = pk.scalars;
+    metrics.add(Counter::Launches, "fused kernel");
+    metrics.add(Counter::ExecutableLaunches, pk.kernel.reduce_rank ? "row" : "pointwise");
+    dev.launch(entry->executable, std::move(args));
+  }
+  // `trace` goes out of scope here: its keepalives let go of buffers whose
+  // owners are gone, and their frees queue up behind the launches above.
+}
+
+}  // namespace kiln::engine

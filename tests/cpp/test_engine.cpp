@@ -1,0 +1,90 @@
+// The flush pipeline on a runtime device, without torch.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "kiln/engine.h"
+#include "kiln/metrics.h"
+
+using namespace kiln;
+using ir::DType;
+using ir::Op;
+
+namespace {
+
+trace::View contiguous(int32_t buffer, int64_t n) {
+  trace::View v;
+  v.buffer = buffer;
+  v.dtype = DType::Float32;
+  v.strides = {1};
+  (void)n;
+  return v;
+}
+
+// y = x * s + 1 over n floats, x and y device buffers.
+trace::Trace axpb(void* x, void* y, int64_t n, double s) {
+  trace::Trace t;
+  t.buffers.push_back({x, size_t(n) * 4, false, false, nullptr});
+  t.buffers.push_back({y, size_t(n) * 4, true, false, nullptr});
+  trace::TraceOp op;
+  op.name = "test::axpb";
+  op.sizes = {n};
+  int32_t v = op.add_node(Op::Mul, DType::Float32, op.load(contiguous(0, n)), op.cast(op.scalar_float(s), DType::Float32));
+  op.store(contiguous(1, n), op.add_node(Op::Add, DType::Float32, v, op.constant(DType::Float32, 1)));
+  t.ops.push_back(std::move(op));
+  return t;
+}
+
+}  // namespace
+
+TEST(Engine, FlushCompilesOnceAndLaunchesOnTheQueue) {
+  engine::Options o;
+  o.num_threads = 2;
+  engine::configure(o);
+  runtime::Device dev(0, 1 << 24, false);
+  const int64_t n = 200000;  // large enough to split over both threads
+  auto* x = static_cast<float*>(dev.allocate(n * 4));
+  auto* y = static_cast<float*>(dev.allocate(n * 4));
+  for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(i % 100);
+  Metrics::global().reset();
+  engine::flush(dev, axpb(x, y, n, 2.0), "test");
+  dev.synchronize();
+  for (int64_t i = 0; i < n; i += 997) ASSERT_EQ(y[i], x[i] * 2.f + 1.f);
+  engine::flush(dev, axpb(x, y, n, -3.0), "test");  // a new scalar: same executable
+  dev.synchronize();
+  for (int64_t i = 0; i < n; i += 997) ASSERT_EQ(y[i], x[i] * -3.f + 1.f);
+  EXPECT_EQ(Metrics::global().get(Counter::ExecutableCache, "hit"), 1);
+  EXPECT_EQ(Metrics::global().get(Counter::TraceFlushes, "test"), 2);
+  EXPECT_EQ(Metrics::global().get(Counter::ExecutableLaunches, "pointwise"), 2);
+  dev.free(x);
+  dev.free(y);
+}
+
+TEST(Engine, DeadOutputsAreNotWrittenAndCostNoKernel) {
+  runtime::Device dev(0, 1 << 20, false);
+  auto* x = static_cast<float*>(dev.allocate(64 * 4));
+  auto* y = static_cast<float*>(dev.allocate(64 * 4));
+  std::memset(y, 0, 64 * 4);
+  trace::Trace t = axpb(x, y, 64, 2.0);
+  t.buffers[1].dead = true;
+  Metrics::global().reset();
+  engine::flush(dev, std::move(t), "test");
+  dev.synchronize();
+  EXPECT_EQ(Metrics::global().get(Counter::BytesNotWritten, "dead intermediates"), 64 * 4);
+  EXPECT_EQ(Metrics::global().get(Counter::ExecutableLaunches, "pointwise"), 0);
+  EXPECT_EQ(y[0], 0.f);
+  dev.free(x);
+  dev.free(y);
+}
+
+TEST(Engine, UnwritableDumpDirIsAClearError) {
+  engine::Options o;
+  o.dump_dir = "/proc/kiln-cannot-write-here";
+  try {
+    engine::configure(o);
+    FAIL() << "accepted an unwritable KILN_DUMP_DIR";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("KILN_DUMP_DIR"), std::string::npos) << e.what();
+  }
+  engine::configure(engine::Options{});
+}
