@@ -32,7 +32,8 @@ void configure(const Options& options);
 const Options& options();
 
 // Plans, compiles (or reuses) and launches `trace` on `dev`, then releases
-// the trace's buffers. Returns once the launches are submitted. `reason`
+// the trace's buffers. Returns once the launches are submitted (it never
+// waits for the device, whatever KILN_LAUNCH_BLOCKING says). `reason`
 // is what made the flush happen (counted in the metrics).
 void flush(runtime::Device& dev, trace::Trace trace, std::string_view reason);
 

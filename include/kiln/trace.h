@@ -83,6 +83,7 @@ struct Trace {
 class Recorder {
  public:
   std::unique_lock<std::recursive_mutex> lock() { return std::unique_lock<std::recursive_mutex>(mu_); }
+  std::unique_lock<std::recursive_mutex> try_lock() { return std::unique_lock<std::recursive_mutex>(mu_, std::try_to_lock); }
 
   // The trace's id for the allocation at `base` (registered on first use).
   // `keepalive` is held for buffers that are not fresh.

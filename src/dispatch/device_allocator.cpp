@@ -6,6 +6,7 @@
 #include <array>
 #include <cstring>
 
+#include "dispatch/lazy.h"
 #include "dispatch/neuron.h"
 
 namespace kiln::dispatch {
@@ -16,7 +17,7 @@ constexpr int kMaxDevices = 16;  // KILN_DEVICE_COUNT's upper bound
 // One deleter per device index, so a DataPtr needs no heap context.
 template <int D>
 void delete_on_device(void* ptr) {
-  runtime::Runtime::get().device(D).free(ptr);
+  free_device_memory(D, ptr);
 }
 template <int... Ds>
 constexpr std::array<c10::DeleterFnPtr, sizeof...(Ds)> make_deleters(std::integer_sequence<int, Ds...>) {

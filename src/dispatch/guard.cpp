@@ -8,6 +8,7 @@
 
 #include <atomic>
 
+#include "dispatch/lazy.h"
 #include "dispatch/neuron.h"
 
 namespace kiln::dispatch {
@@ -71,6 +72,7 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   void record(void** event, const c10::Stream& stream, const c10::DeviceIndex index,
               const c10::EventFlag) const override {
     if (*event == nullptr) *event = new runtime::Event();
+    flush_trace(device(stream.device_index()), "event record");  // the event marks pending ops too
     device(stream.device_index()).record(*static_cast<runtime::Event*>(*event));
   }
   void block(void* event, const c10::Stream& stream) const override {
@@ -97,7 +99,11 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   }
 
   // ---- streams
-  bool queryStream(const c10::Stream& stream) const override { return device(stream.device_index()).queue().idle(); }
+  bool queryStream(const c10::Stream& stream) const override {
+    runtime::Device& dev = device(stream.device_index());
+    flush_trace(dev, "stream query");  // pending ops would otherwise never finish
+    return dev.queue().idle();
+  }
   void synchronizeStream(const c10::Stream& stream) const override {
     synchronize(device(stream.device_index()), "stream synchronize");
   }

@@ -23,6 +23,7 @@
 #include <unordered_set>
 
 #include "dispatch/generator.h"
+#include "dispatch/lazy.h"
 #include "dispatch/neuron.h"
 #include "dispatch/op_plan.h"
 #include "dispatch/shape_inference.h"
@@ -237,6 +238,40 @@ void run_async(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::St
     return;
   }
   const std::vector<c10::IValue>& meta_stack = shapes->returns;
+
+  // Outputs: arguments written in place take their new geometry; fresh
+  // outputs are allocated from the meta results.
+  auto make_outputs = [&] {
+    for (size_t i = 0; i < shapes->written.size(); ++i) {
+      if (shapes->written[i] && (*stack)[first + i].isTensor()) {
+        const at::Tensor& t = (*stack)[first + i].toTensor();
+        if (t.defined() && t.is_privateuseone()) adopt_geometry(t, *shapes->written[i]);
+      }
+    }
+    std::vector<c10::IValue> outs;
+    for (size_t j = 0; j < meta_stack.size(); ++j) {
+      int a = plan.return_alias_arg[j];
+      if (a >= 0) outs.push_back((*stack)[first + a]);
+      else outs.push_back(map_tensors(meta_stack[j], [&](const at::Tensor& m) { return empty_like_meta(m, index); }));
+    }
+    return outs;
+  };
+
+  // Lazy mode: a traceable op is recorded, not launched. Its lowering was
+  // written for what the CPU kernel computes, so the meta-vs-CPU check of
+  // the first call is not needed.
+  std::vector<c10::IValue> outputs;
+  if (plan.lowering != nullptr && settings().lazy) {
+    outputs = make_outputs();
+    std::vector<bool> fresh;
+    for (size_t j = 0; j < outputs.size(); ++j) fresh.push_back(plan.return_alias_arg[j] < 0);
+    if (try_record(plan, *stack, first, index, outputs, fresh)) {
+      stack->resize(first);
+      for (auto& o : outputs) stack->push_back(std::move(o));
+      return;
+    }
+  }
+
   auto verdict = static_cast<OpPlan::Verdict>(shapes->verdict.load(std::memory_order_relaxed));
   const uint64_t signature = verdict == OpPlan::Verdict::Unknown ? argument_signature(*stack, first) : 0;
   if (verdict == OpPlan::Verdict::Unknown) {
@@ -261,21 +296,7 @@ void run_async(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::St
       break;
   }
   Metrics::global().add(Counter::LibraryKernels, plan.name);
-
-  // 2. Outputs: arguments written in place take their new geometry; fresh
-  //    outputs are allocated from the meta results.
-  for (size_t i = 0; i < shapes->written.size(); ++i) {
-    if (shapes->written[i] && (*stack)[first + i].isTensor()) {
-      const at::Tensor& t = (*stack)[first + i].toTensor();
-      if (t.defined() && t.is_privateuseone()) adopt_geometry(t, *shapes->written[i]);
-    }
-  }
-  std::vector<c10::IValue> outputs;
-  for (size_t j = 0; j < meta_stack.size(); ++j) {
-    int a = plan.return_alias_arg[j];
-    if (a >= 0) outputs.push_back((*stack)[first + a]);
-    else outputs.push_back(map_tensors(meta_stack[j], [&](const at::Tensor& m) { return empty_like_meta(m, index); }));
-  }
+  if (outputs.empty()) outputs = make_outputs();
 
   // 3. The launch: the CPU kernel over aliases of the device memory.
   AliasSet aliases(c10::DispatchKey::CPU);

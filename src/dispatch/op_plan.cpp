@@ -104,6 +104,7 @@ std::unique_ptr<OpPlan> make_plan(const c10::OperatorHandle& op) {
   auto owned = std::make_unique<OpPlan>();
   OpPlan& plan = *owned;
   plan.name = schema.name() + (schema.overload_name().empty() ? "" : "." + schema.overload_name());
+  plan.lowering = find_lowering(plan.name);
   const auto& args = schema.arguments();
   for (const auto& a : args) {
     plan.mutable_arg.push_back(a.alias_info() && a.alias_info()->isWrite());

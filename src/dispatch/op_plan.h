@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "dispatch/lowering.h"
 #include "dispatch/shape_inference.h"
 
 namespace kiln::dispatch {
@@ -32,6 +33,7 @@ struct OpPlan {
   std::vector<bool> mutable_arg;         // per argument
   std::vector<bool> generator_arg;       // per argument
   std::optional<c10::OperatorHandle> out_variant;  // writes fresh outputs in place
+  LoweringFn lowering = nullptr;         // lazy mode: how the op is traced (null: not traceable)
   // Some CPU out= kernels resize their output on the way (mse_loss computes
   // the unreduced loss in it first), which exact-size device outputs cannot
   // take. Set the first time that happens; the op then runs functionally.

@@ -6,6 +6,7 @@
 #include <iostream>
 #include <mutex>
 
+#include "dispatch/lazy.h"
 #include "dispatch/neuron.h"
 
 namespace kiln::dispatch {
@@ -29,6 +30,7 @@ void initialize() {
   opts.capacity_bytes = static_cast<size_t>(g_settings.device_memory_mb) << 20;
   opts.launch_blocking = g_settings.launch_blocking;
   runtime::Runtime::init(opts);
+  configure_lazy_mode();  // throws for an unwritable KILN_DUMP_DIR
   pthread_atfork(nullptr, nullptr, &mark_bad_fork);
   g_initialized.store(true);
   log("runtime", "started " + std::to_string(opts.device_count) + " device(s) '" + g_settings.device_name + "', " +
@@ -79,6 +81,7 @@ void rethrow_as_torch_error(const std::exception& e) {
 }
 
 void synchronize(runtime::Device& dev, std::string_view reason) {
+  flush_trace(dev, reason);
   Metrics::global().add(Counter::SyncPoints, reason);
   auto& queue = dev.queue();
   if (!queue.idle()) {
@@ -100,6 +103,7 @@ void synchronize(runtime::Device& dev, std::string_view reason) {
 }
 
 void enqueue(runtime::Device& dev, std::string_view name, runtime::LaunchQueue::Work work) {
+  flush_trace(dev, "untraced op");  // what the program issued before this runs before it
   Metrics::global().add(Counter::Launches, name);
   dev.queue().submit(std::string(name), [work = std::move(work)]() mutable {
     try {

@@ -145,7 +145,9 @@ void flush(runtime::Device& dev, trace::Trace trace, std::string_view reason) {
     args.scalars = pk.scalars;
     metrics.add(Counter::Launches, "fused kernel");
     metrics.add(Counter::ExecutableLaunches, pk.kernel.reduce_rank ? "row" : "pointwise");
-    dev.launch(entry->executable, std::move(args));
+    // Submitted without waiting even with KILN_LAUNCH_BLOCKING: the caller
+    // holds the device's recorder and waits once it has let go of it.
+    dev.queue().submit(name, [exe = entry->executable, args = std::move(args)] { exe->run(args); });
   }
   // `trace` goes out of scope here: its keepalives let go of buffers whose
   // owners are gone, and their frees queue up behind the launches above.

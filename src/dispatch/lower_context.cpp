@@ -1,0 +1,189 @@
+// LowerCtx: arguments -> trace values, outputs -> stores (see lower_context.h).
+#include "dispatch/lower_context.h"
+
+#include <ATen/native/TypeProperties.h>
+
+#include <algorithm>
+
+namespace kiln::dispatch {
+
+std::optional<ir::DType> ir_dtype(at::ScalarType t) {
+  switch (t) {
+    case at::kBool: return ir::DType::Bool;
+    case at::kByte: return ir::DType::UInt8;
+    case at::kChar: return ir::DType::Int8;
+    case at::kShort: return ir::DType::Int16;
+    case at::kInt: return ir::DType::Int32;
+    case at::kLong: return ir::DType::Int64;
+    case at::kHalf: return ir::DType::Float16;
+    case at::kBFloat16: return ir::DType::BFloat16;
+    case at::kFloat: return ir::DType::Float32;
+    case at::kDouble: return ir::DType::Float64;
+    default: return std::nullopt;
+  }
+}
+
+ir::DType LowerCtx::dtype(at::ScalarType t) {
+  auto d = ir_dtype(t);
+  if (!d) throw Decline{};
+  return *d;
+}
+
+ir::DType LowerCtx::opmath(at::ScalarType t) { return ir::compute_dtype(dtype(t)); }
+
+LowerCtx::LowerCtx(const char* name, const torch::jit::Stack& stack, size_t first,
+                   const std::vector<c10::IValue>& outputs, std::vector<bool> fresh)
+    : name_(name), stack_(stack), first_(first), outputs_(outputs), fresh_outputs_(std::move(fresh)) {
+  op_.name = name;
+  const std::string full(name);
+  const size_t dot = full.find('.');
+  if (dot != std::string::npos) overload_ = full.substr(dot + 1);
+}
+
+const at::Tensor& LowerCtx::tensor(size_t i) const {
+  if (!arg(i).isTensor()) throw Decline{};
+  const at::Tensor& t = arg(i).toTensor();
+  if (!t.defined() || !t.is_privateuseone()) throw Decline{};
+  return t;
+}
+
+const at::Tensor& LowerCtx::out(size_t j) const {
+  if (j >= outputs_.size() || !outputs_[j].isTensor()) throw Decline{};
+  const at::Tensor& t = outputs_[j].toTensor();
+  if (!t.defined() || !t.is_privateuseone()) throw Decline{};
+  return t;
+}
+
+double LowerCtx::scalar_value(size_t i) const {
+  const c10::IValue& v = arg(i);
+  if (v.isTensor()) {
+    const at::Tensor& t = v.toTensor();
+    if (!t.is_cpu() || t.dim() != 0) throw Decline{};
+    return t.item<double>();
+  }
+  if (!v.isScalar()) throw Decline{};
+  return v.toScalar().toDouble();
+}
+
+at::ScalarType LowerCtx::common_dtype(std::initializer_list<size_t> args) const {
+  at::native::ResultTypeState state{};
+  for (size_t i : args) {
+    if (!present(i)) continue;
+    const c10::IValue& v = arg(i);
+    if (v.isTensor()) state = at::native::update_result_type_state(v.toTensor(), state);
+    else if (v.isScalar()) state = at::native::update_result_type_state(v.toScalar(), state);
+    else throw Decline{};
+  }
+  return at::native::result_type(state);
+}
+
+void LowerCtx::pointwise_space() {
+  const at::Tensor& o = out(0);
+  op_.sizes = o.sizes().vec();
+  if (op_.sizes.empty()) op_.sizes = {1};
+}
+
+void LowerCtx::reduction_space(size_t i, std::vector<int64_t> dims) {
+  const at::Tensor& t = tensor(i);
+  op_.sizes = t.sizes().vec();
+  const int64_t rank = t.dim();
+  if (op_.sizes.empty()) op_.sizes = {1};
+  if (dims.empty()) {
+    for (size_t d = 0; d < op_.sizes.size(); ++d) dims.push_back(static_cast<int64_t>(d));
+  }
+  op_.reduced = 0;
+  for (int64_t d : dims) {
+    const int64_t w = rank == 0 ? 0 : c10::maybe_wrap_dim(d, rank);
+    op_.reduced |= uint64_t(1) << w;
+  }
+}
+
+int64_t LowerCtx::reduced_count() const {
+  int64_t n = 1;
+  for (size_t d = 0; d < op_.sizes.size(); ++d) {
+    if ((op_.reduced >> d) & 1) n *= op_.sizes[d];
+  }
+  return n;
+}
+
+trace::View LowerCtx::view_of(const at::Tensor& t, bool output) {
+  if (t.is_conj() || t.is_neg() || t.layout() != at::kStrided) throw Decline{};
+  trace::View v;
+  v.dtype = dtype(t.scalar_type());
+  v.offset = t.storage_offset();
+  const size_t R = op_.sizes.size();
+  v.strides.assign(R, 0);
+  const int64_t r = t.dim();
+  if (op_.reduced != 0 && output) {
+    // A reduction's output: keepdim (same rank) or the kept dims in order.
+    std::vector<size_t> kept;
+    for (size_t d = 0; d < R; ++d) {
+      if (!((op_.reduced >> d) & 1)) kept.push_back(d);
+    }
+    if (static_cast<size_t>(r) == R && !(R == 1 && r == 0)) {
+      for (size_t d = 0; d < R; ++d) v.strides[d] = t.size(d) == 1 ? 0 : t.stride(d);
+    } else if (static_cast<size_t>(r) == kept.size()) {
+      for (size_t k = 0; k < kept.size(); ++k) v.strides[kept[k]] = t.size(k) == 1 ? 0 : t.stride(k);
+    } else {
+      throw Decline{};
+    }
+  } else {
+    // Right-aligned broadcasting into the space.
+    if (static_cast<size_t>(r) > R && !(r == 0)) throw Decline{};
+    for (int64_t i = 0; i < r; ++i) {
+      const size_t d = R - r + i;
+      if (t.size(i) == 1) continue;
+      if (t.size(i) != op_.sizes[d]) throw Decline{};
+      v.strides[d] = t.stride(i);
+    }
+  }
+  for (size_t d = 0; d < R; ++d) {
+    if (op_.sizes[d] == 1) v.strides[d] = 0;
+  }
+  // Remember the tensor; commit() turns the index into a buffer id.
+  tensors_.push_back(t);
+  tensor_fresh_.push_back(false);
+  v.buffer = static_cast<int32_t>(tensors_.size()) - 1;
+  return v;
+}
+
+int32_t LowerCtx::value(size_t i, ir::DType as) {
+  const c10::IValue& v = arg(i);
+  if (v.isTensor() && v.toTensor().is_privateuseone()) {
+    return op_.cast(op_.load(view_of(v.toTensor(), false)), as);
+  }
+  if (v.isTensor()) {
+    const at::Tensor& t = v.toTensor();
+    if (!t.is_cpu() || t.dim() != 0) throw Decline{};
+    if (at::isFloatingType(t.scalar_type())) return op_.cast(op_.scalar_float(t.item<double>()), as);
+    if (t.scalar_type() == at::kBool) return op_.cast(op_.scalar_int(t.item<bool>(), ir::DType::Bool), as);
+    if (!at::isIntegralType(t.scalar_type(), false)) throw Decline{};
+    return op_.cast(op_.scalar_int(t.item<int64_t>()), as);
+  }
+  if (v.isDouble()) return op_.cast(op_.scalar_float(v.toDouble()), as);
+  if (v.isBool()) return op_.cast(op_.scalar_int(v.toBool(), ir::DType::Bool), as);
+  if (v.isInt()) return op_.cast(op_.scalar_int(v.toInt()), as);
+  throw Decline{};
+}
+
+void LowerCtx::store(size_t j, int32_t node) {
+  trace::View v = view_of(out(j), true);
+  tensor_fresh_.back() = j < fresh_outputs_.size() && fresh_outputs_[j];
+  op_.store(std::move(v), node);
+}
+
+void LowerCtx::commit(trace::Recorder& rec) {
+  std::vector<int32_t> ids(tensors_.size());
+  for (size_t k = 0; k < tensors_.size(); ++k) {
+    const c10::Storage& s = tensors_[k].storage();
+    void* base = s.mutable_data();
+    std::shared_ptr<void> keepalive;  // the trace holds buffers it did not allocate until the flush
+    if (!tensor_fresh_[k] && !rec.touches(base)) keepalive = std::make_shared<c10::Storage>(s);
+    ids[k] = rec.buffer(base, s.nbytes(), tensor_fresh_[k], keepalive);
+  }
+  for (auto& v : op_.loads) v.buffer = ids[v.buffer];
+  for (auto& o : op_.stores) o.view.buffer = ids[o.view.buffer];
+  rec.append(std::move(op_));
+}
+
+}  // namespace kiln::dispatch
