@@ -28,6 +28,7 @@ for _message in _C._init():  # raises ValueError naming a bad knob
     warnings.warn(_message, stacklevel=2)
 
 DEVICE_NAME = _C.device_name()
+MODE = _C.mode()  # KILN_MODE: "lazy" (record, fuse, compile) or "eager" (one launch per op)
 
 torch.utils.rename_privateuse1_backend(DEVICE_NAME)
 
@@ -43,4 +44,4 @@ if _C.metrics_at_exit():
     atexit.register(lambda: print(metrics.report(), file=sys.stderr))
 
 
-__all__ = ["DEVICE_NAME", "metrics"]
+__all__ = ["DEVICE_NAME", "MODE", "metrics"]

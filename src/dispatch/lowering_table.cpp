@@ -295,25 +295,24 @@ std::vector<int64_t> dims_arg(LowerCtx& c, size_t i) {
 // are at least that accurate; integers in int64.
 DType accumulate_of(DType t) { return ir::is_floating(t) ? DType::Float64 : DType::Int64; }
 
-void sum_like(LowerCtx& c, bool mean) {
-  c.reduction_space(0, dims_arg(c, 1));
-  const at::ScalarType out = c.out(0).scalar_type();
-  DType acc = accumulate_of(LowerCtx::dtype(out));
-  int32_t s = c.op().reduce(ir::ReduceKind::Sum, acc, c.value(0, acc));
-  if (mean) {
-    if (!ir::is_floating(acc)) throw Decline{};
-    s = c.n(Op::Div, acc, s, c.op().cast(c.op().scalar_int(c.reduced_count()), acc));
-  }
-  c.store(0, s);
+// A float sum, mean or prod is a library kernel: its last bits depend on the
+// order eager's kernel adds in (a cascade sum whose shape follows the CPU's
+// vector width), which a fused loop does not reproduce. Integer and bool
+// reductions are exact in any order and are traced. Composite ops that only
+// use sums inside (softmax, var, layer norm) are traced: eager's own
+// algorithms for them differ from a plain sum anyway.
+DType exact_accumulator(LowerCtx& c) {
+  DType acc = accumulate_of(LowerCtx::dtype(c.out(0).scalar_type()));
+  if (ir::is_floating(acc)) throw Decline{};
+  return acc;
 }
 
-void sum_all(LowerCtx& c, bool mean) {  // sum(self, *, dtype) / mean(self, *, dtype): every dim
-  c.reduction_space(0, {});
-  const at::ScalarType out = c.out(0).scalar_type();
-  DType acc = accumulate_of(LowerCtx::dtype(out));
-  int32_t s = c.op().reduce(ir::ReduceKind::Sum, acc, c.value(0, acc));
-  if (mean) s = c.n(Op::Div, acc, s, c.op().cast(c.op().scalar_int(c.reduced_count()), acc));
-  c.store(0, s);
+// sum.dim_IntList(self, dim, keepdim, *, dtype) and sum(self, *, dtype).
+void sum(LowerCtx& c) {
+  const bool has_dims = c.num_args() > 1 && (c.arg(1).isIntList() || c.arg(1).isNone());
+  c.reduction_space(0, has_dims ? dims_arg(c, 1) : std::vector<int64_t>{});
+  DType acc = exact_accumulator(c);
+  c.store(0, c.op().reduce(ir::ReduceKind::Sum, acc, c.value(0, acc)));
 }
 
 void prod(LowerCtx& c) {
@@ -321,7 +320,7 @@ void prod(LowerCtx& c) {
   const std::string& overload = c.overload();
   const bool has_dim = overload == "dim_int" || overload == "int_out";
   c.reduction_space(0, has_dim ? std::vector<int64_t>{c.arg(1).toInt()} : std::vector<int64_t>{});
-  DType acc = accumulate_of(LowerCtx::dtype(c.out(0).scalar_type()));
+  DType acc = exact_accumulator(c);
   c.store(0, c.op().reduce(ir::ReduceKind::Prod, acc, c.value(0, acc)));
 }
 
@@ -539,8 +538,7 @@ const std::unordered_map<std::string, Lower>& table() {
       {"_to_copy", copy_cast},
       {"clone", copy_cast},
       // reductions
-      {"sum", [](LowerCtx& c) { if (c.num_args() > 1 && (c.arg(1).isIntList() || c.arg(1).isNone())) sum_like(c, false); else sum_all(c, false); }},
-      {"mean", [](LowerCtx& c) { if (c.num_args() > 1 && (c.arg(1).isIntList() || c.arg(1).isNone())) sum_like(c, true); else sum_all(c, true); }},
+      {"sum", sum},
       {"prod", prod},
       {"amax", [](LowerCtx& c) { extreme(c, ir::ReduceKind::Max); }},
       {"amin", [](LowerCtx& c) { extreme(c, ir::ReduceKind::Min); }},

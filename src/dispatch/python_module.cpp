@@ -79,6 +79,7 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("is_in_bad_fork", &in_bad_fork);
   m.def("launch_blocking", [] { return settings().launch_blocking; });
+  m.def("mode", [] { return std::string(settings().lazy ? "lazy" : "eager"); });
   m.def("metrics_report", [] { return Metrics::global().report(); });
   m.def("metrics_counters", [] { return Metrics::global().snapshot(); });
   m.def("metrics_reset", [] { Metrics::global().reset(); });

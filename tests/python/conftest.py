@@ -29,7 +29,8 @@ def _clean_device():
 
 def run_python(code, env=None, timeout=120):
     """Runs `code` in a fresh interpreter; returns the CompletedProcess."""
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
+    # KILN_MODE carries over: the suite runs whole in each mode.
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("KILN_") or k == "KILN_MODE"}
     full_env.update(env or {})
     return subprocess.run([sys.executable, "-c", code], env=full_env, capture_output=True, text=True,
                           timeout=timeout, cwd=REPO)
