@@ -166,6 +166,15 @@ int32_t LowerCtx::value(size_t i, ir::DType as) {
   throw Decline{};
 }
 
+int32_t LowerCtx::operand(size_t i, at::ScalarType common) {
+  const ir::DType compute = opmath(common);
+  const c10::IValue& v = arg(i);
+  const bool device_tensor = v.isTensor() && v.toTensor().is_privateuseone();
+  const ir::DType storage = dtype(common);
+  if (device_tensor || !ir::is_reduced_float(storage)) return value(i, compute);
+  return op_.cast(value(i, storage), compute);
+}
+
 void LowerCtx::store(size_t j, int32_t node) {
   trace::View v = view_of(out(j), true);
   tensor_fresh_.back() = j < fresh_outputs_.size() && fresh_outputs_[j];

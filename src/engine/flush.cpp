@@ -133,12 +133,12 @@ void flush(runtime::Device& dev, trace::Trace trace, std::string_view reason) {
   }
 
   for (const auto& pk : plan.kernels) {
+    if (pk.work == 0) continue;  // an empty space: nothing to compile or run
     const cache::Key key = cache::make_key(ir::serialize(pk.kernel), fingerprint());
     const std::string name = "kiln_" + key.hex();
     bool hit = false;
     auto entry = executable_cache().get_or_build(key, [&] { return build(pk, name); }, &hit);
     metrics.add(Counter::ExecutableCache, hit ? "hit" : "miss");
-    if (pk.work == 0) continue;
     runtime::LaunchArgs args;
     for (int32_t id : pk.buffer_ids) args.buffers.push_back(base[id]);
     args.ints = pk.ints;

@@ -1,0 +1,206 @@
+"""Lazy mode through torch: what fuses into how many kernels, and that every
+result stays eager's. Kernel counts are compiled-kernel launches per flush
+(metrics "executable_launches")."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import kiln
+
+pytestmark = pytest.mark.skipif(kiln.MODE != "lazy", reason="lazy mode only")
+DEVICE = kiln.DEVICE_NAME
+
+
+def kernels_for(fn, *args):
+    """Runs fn on device copies of args; returns (result on CPU, kernels launched, library kernels)."""
+    dev_args = [a.to(DEVICE) if isinstance(a, torch.Tensor) else a for a in args]
+    getattr(torch, DEVICE).synchronize()
+    kiln.metrics.reset()
+    out = fn(*dev_args)
+    getattr(torch, DEVICE).synchronize()
+    c = kiln.metrics.counters()
+    return out, sum(c["executable_launches"].values()), sum(c["library_kernels"].values())
+
+
+def gelu_tanh_chain(x):
+    return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x * x * x)))
+
+
+def test_gelu_tanh_chain_is_one_kernel():
+    x = torch.randn(64, 100)
+    out, kernels, library = kernels_for(gelu_tanh_chain, x)
+    assert kernels == 1 and library == 0
+    torch.testing.assert_close(out.cpu(), gelu_tanh_chain(x), rtol=1e-5, atol=1e-6)
+    out, kernels, _ = kernels_for(lambda t: F.gelu(t, approximate="tanh"), x)
+    assert kernels == 1
+    torch.testing.assert_close(out.cpu(), F.gelu(x, approximate="tanh"), rtol=1e-5, atol=1e-6)
+
+
+def test_broadcast_mul_add_is_one_kernel():
+    x, y, z = torch.randn(8, 16), torch.randn(16), torch.randn(8, 1)
+    out, kernels, library = kernels_for(lambda a, b, c: a * b + c, x, y, z)
+    assert kernels == 1 and library == 0
+    assert torch.equal(out.cpu(), x * y + z)
+
+
+def test_softmax_is_at_most_two_kernels():
+    x = torch.randn(32, 50)
+    out, kernels, library = kernels_for(lambda t: torch.softmax(t, dim=-1), x)
+    assert 1 <= kernels <= 2 and library == 0
+    torch.testing.assert_close(out.cpu(), torch.softmax(x, dim=-1), rtol=1e-5, atol=1e-7)
+    # written out by hand it fuses the same way
+    out, kernels, library = kernels_for(lambda t: (t - t.amax(-1, keepdim=True)).exp() /
+                                        (t - t.amax(-1, keepdim=True)).exp().sum(-1, keepdim=True), x)
+    assert kernels <= 2 + library  # the float sum stays a library kernel (eager's summation order)
+    torch.testing.assert_close(out.cpu(), torch.softmax(x, dim=-1), rtol=1e-5, atol=1e-7)
+
+
+def test_layer_norm_forward_is_at_most_three_kernels():
+    x, w, b = torch.randn(16, 64), torch.randn(64), torch.randn(64)
+    out, kernels, library = kernels_for(lambda t, w_, b_: F.layer_norm(t, (64,), w_, b_), x, w, b)
+    assert 1 <= kernels <= 3 and library == 0
+    torch.testing.assert_close(out.cpu(), F.layer_norm(x, (64,), w, b), rtol=1e-5, atol=1e-5)
+
+
+def test_adamw_update_of_one_parameter_is_one_kernel():
+    torch.manual_seed(0)
+    p_cpu = torch.randn(1000, requires_grad=True)
+    p_dev = p_cpu.detach().clone().to(DEVICE).requires_grad_()
+    opt_cpu = torch.optim.AdamW([p_cpu], lr=1e-2, weight_decay=0.1, foreach=False)
+    opt_dev = torch.optim.AdamW([p_dev], lr=1e-2, weight_decay=0.1, foreach=False)
+    for step in range(3):
+        g = torch.randn(1000)
+        p_cpu.grad = g.clone()
+        p_dev.grad = g.to(DEVICE)
+        opt_cpu.step()
+        getattr(torch, DEVICE).synchronize()
+        kiln.metrics.reset()
+        opt_dev.step()
+        getattr(torch, DEVICE).synchronize()
+        c = kiln.metrics.counters()
+        assert sum(c["executable_launches"].values()) == 1, c
+        assert c["library_kernels"] == {}
+        torch.testing.assert_close(p_dev.detach().cpu(), p_cpu.detach(), rtol=1e-6, atol=1e-7)
+
+
+def test_in_place_op_on_a_view_then_read_of_the_base():
+    def f(x):
+        x[1:3].mul_(10)
+        x[:, 0].add_(1)
+        return x * 2 + x.t()
+
+    x = torch.randn(4, 4)
+    out, kernels, _ = kernels_for(f, x.clone())
+    assert torch.equal(out.cpu(), f(x.clone()))
+
+
+def test_aliasing_input_and_output_gives_eagers_answer():
+    def f(x):
+        y = x[:, :3]      # a view of x
+        x.add_(y.sum(1, keepdim=True).to(torch.int64))  # reads x through y, then writes all of x
+        x.sub_(x.flip(1))  # reads x reversed while writing it (flip is a copy in eager)
+        return x
+
+    x = torch.randint(-5, 5, (3, 6))
+    out, _, _ = kernels_for(f, x.clone())
+    assert torch.equal(out.cpu(), f(x.clone()))
+
+
+def test_mutation_while_a_pending_op_needs_the_old_value():
+    def f(x):
+        y = x * 3          # pending: needs the old x
+        x.fill_(7)         # x changes before the flush
+        x2 = x.transpose(0, 1).clone()
+        return y + x2
+
+    x = torch.arange(16.0).reshape(4, 4)
+    out, _, _ = kernels_for(f, x.clone())
+    assert torch.equal(out.cpu(), f(x.clone()))
+
+
+def test_dead_intermediates_are_not_written():
+    x = torch.randn(1 << 16)
+    _, kernels, _ = kernels_for(lambda t: ((t * 2).sin() + 1).exp(), x)
+    assert kernels == 1
+    c = kiln.metrics.counters()
+    # t*2, sin(...), ... + 1 were freed by Python before the sync: three float buffers never stored
+    assert c["bytes_not_written"]["dead intermediates"] == 3 * 4 * (1 << 16)
+
+
+def test_a_new_scalar_or_batch_size_compiles_nothing():
+    def step(t, lr):
+        return (t * lr).tanh() + lr
+
+    for n, lr in [(100, 0.1), (100, 0.2)]:
+        kernels_for(step, torch.randn(n), lr)
+    kiln.metrics.reset()
+    for n, lr in [(100, 0.3), (1000, 0.01), (7, 5.0)]:
+        out = step(torch.randn(n).to(DEVICE), lr)
+        out.cpu()
+    c = kiln.metrics.counters()
+    assert c["kernels_compiled"] == {}, c["kernels_compiled"]
+    assert c["executable_cache"]["hit"] == 3
+
+
+def test_untraceable_op_flushes_what_it_needs_first():
+    x = torch.randn(8, 8)
+    kernels_for(lambda t: (t * 2 + 1) @ (t - 1), x)  # the first call of mm runs on the host (a shape check)
+    out, kernels, library = kernels_for(lambda t: (t * 2 + 1) @ (t - 1), x)
+    assert library >= 1 and kernels >= 1
+    torch.testing.assert_close(out.cpu(), (x * 2 + 1) @ (x - 1))
+    assert "untraced op" in kiln.metrics.counters()["trace_flushes"]
+
+
+def test_pointwise_chain_peak_memory_is_no_higher_than_eager():
+    n = 1 << 20
+
+    def chain(x):
+        y = x * 1.5
+        y = y + 0.25
+        y = torch.sin(y)
+        y = y * x
+        y = torch.exp(y)
+        y = y - 0.5
+        y = torch.tanh(y)
+        return y * 2.0
+
+    x = torch.randn(n).to(DEVICE)
+    mod = getattr(torch, DEVICE)
+    mod.synchronize()
+    mod.reset_peak_memory_stats()
+    base = mod.memory_allocated()
+    out = chain(x)
+    mod.synchronize()
+    lazy_peak = mod.max_memory_allocated() - base
+    del out
+    code = ("import torch, kiln; m = torch.%s; x = torch.randn(%d, device='%s'); m.synchronize(); "
+            "m.reset_peak_memory_stats(); b = m.memory_allocated(); y = x * 1.5; y = y + 0.25; y = torch.sin(y); "
+            "y = y * x; y = torch.exp(y); y = y - 0.5; y = torch.tanh(y); y = y * 2.0; m.synchronize(); "
+            "print(m.max_memory_allocated() - b)") % (DEVICE, n, DEVICE)
+    from conftest import run_python
+    eager = run_python(code, env={"KILN_MODE": "eager"})
+    assert eager.returncode == 0, eager.stderr
+    assert lazy_peak <= int(eager.stdout.strip())
+
+
+def test_fusion_log_and_dump_dir(tmp_path):
+    from conftest import run_python
+    code = ("import torch, kiln; x = torch.randn(100, device='%s'); print(((x * 2).exp() + 1).sum().item())"
+            % DEVICE)
+    r = run_python(code, env={"KILN_LOG": "fusion", "KILN_DUMP_DIR": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    assert "[kiln:fusion] region 0:" in r.stderr and "aten::exp" in r.stderr
+    kir = list(tmp_path.glob("*.kir"))
+    ll = list(tmp_path.glob("*.ll"))
+    assert kir and ll
+    assert "exp.f32" in kir[0].read_text()
+    assert "define void @kiln_" in ll[0].read_text()
+
+
+def test_unwritable_dump_dir_is_refused_at_import():
+    from conftest import run_python
+    r = run_python("import torch, kiln", env={"KILN_DUMP_DIR": "/proc/no-such-dir/kiln"})
+    assert r.returncode != 0
+    assert "KILN_DUMP_DIR" in r.stderr and "writable" in r.stderr
