@@ -39,6 +39,9 @@ class Lowering {
     auto* fty = llvm::FunctionType::get(b_.getVoidTy(), {ptr, ptr, ptr, i64_, i64_}, false);
     fn_ = llvm::Function::Create(fty, llvm::Function::ExternalLinkage, symbol, m_);
     fn_->addFnAttr(llvm::Attribute::NoUnwind);
+    // LLVM's tuning for recent AVX-512 cores prefers 256-bit vectors (clock
+    // throttling on server parts); kernels are throughput loops, take 512.
+    fn_->addFnAttr("prefer-vector-width", "512");
     auto args = fn_->arg_begin();
     Value* bufs = &*args++;
     ints_ = &*args++;
@@ -221,15 +224,23 @@ class Lowering {
       case Op::Tan: id = llvm::Intrinsic::tan; break;
       default: break;
     }
+    if (id == llvm::Intrinsic::exp && ty->isFloatTy()) return exp_f32(x);
+    if (id == llvm::Intrinsic::sin && ty->isFloatTy()) return sincos_f32(x, false);
+    if (id == llvm::Intrinsic::cos && ty->isFloatTy()) return sincos_f32(x, true);
     if (id != llvm::Intrinsic::not_intrinsic) return intrinsic(id, {x});
     switch (op) {
       case Op::Rsqrt: return b_.CreateFDiv(fconst(ty, 1), intrinsic(llvm::Intrinsic::sqrt, {x}));
       case Op::Reciprocal: return b_.CreateFDiv(fconst(ty, 1), x);
       case Op::Sigmoid:
         return b_.CreateFDiv(fconst(ty, 1), b_.CreateFAdd(fconst(ty, 1), intrinsic(llvm::Intrinsic::exp, {b_.CreateFNeg(x)})));
+      case Op::Tanh:
+        if (ty->isFloatTy()) return tanh_f32(x);
+        return libm("tanh", {x});
+      case Op::Erf:
+        if (ty->isFloatTy()) return erf_f32(x);
+        return libm("erf", {x});
       case Op::Expm1: return libm("expm1", {x});
       case Op::Log1p: return libm("log1p", {x});
-      case Op::Tanh: return libm("tanh", {x});
       case Op::Sinh: return libm("sinh", {x});
       case Op::Cosh: return libm("cosh", {x});
       case Op::Asin: return libm("asin", {x});
@@ -238,11 +249,113 @@ class Lowering {
       case Op::Asinh: return libm("asinh", {x});
       case Op::Acosh: return libm("acosh", {x});
       case Op::Atanh: return libm("atanh", {x});
-      case Op::Erf: return libm("erf", {x});
       case Op::Erfc: return libm("erfc", {x});
       default: break;
     }
     throw std::runtime_error(std::string("kiln codegen: no lowering for ") + ir::op_name(op));
+  }
+
+  // a * b + c for polynomial evaluation inside kiln's own math functions
+  // (never for eager's ops): one instruction where the CPU has FMA.
+  Value* muladd(Value* a, Value* b, Value* c) { return intrinsic(llvm::Intrinsic::fmuladd, {a, b, c}); }
+
+  // float32 tanh and erf as straight-line code, so loops that use them still
+  // vectorize (libm's tanhf/erff have no vector variants the vectorizer knows).
+
+  // Eigen's rational tanh (generic_fast_tanh_float): within a few ulp;
+  // |x| < 0.0004 returns x, beyond +-7.9053 the result rounds to +-1.
+  Value* tanh_f32(Value* x) {
+    llvm::Type* ty = x->getType();
+    auto k = [&](double v) { return fconst(ty, v); };
+    Value* clamped = b_.CreateSelect(b_.CreateFCmpOGT(x, k(7.90531110763549805)), k(7.90531110763549805), x);
+    clamped = b_.CreateSelect(b_.CreateFCmpOLT(clamped, k(-7.90531110763549805)), k(-7.90531110763549805), clamped);
+    Value* x2 = b_.CreateFMul(clamped, clamped);
+    Value* p = k(-2.76076847742355e-16);
+    for (double a : {2.00018790482477e-13, -8.60467152213735e-11, 5.12229709037114e-08, 1.48572235717979e-05,
+                     6.37261928875436e-04, 4.89352455891786e-03}) {
+      p = muladd(x2, p, k(a));
+    }
+    p = b_.CreateFMul(clamped, p);
+    Value* q = k(1.19825839466702e-06);
+    for (double c : {1.18534705686654e-04, 2.26843463243900e-03, 4.89352518554385e-03}) {
+      q = muladd(x2, q, k(c));
+    }
+    Value* r = b_.CreateFDiv(p, q);
+    Value* ax = intrinsic(llvm::Intrinsic::fabs, {x});
+    Value* saturated = b_.CreateFCmpOGE(ax, k(7.90531110763549805));
+    r = b_.CreateSelect(saturated, intrinsic(llvm::Intrinsic::copysign, {k(1), x}), r);
+    return b_.CreateSelect(b_.CreateFCmpOLT(ax, k(0.0004)), x, r);  // NaN: the clamps keep it, p/q stays NaN
+  }
+
+  // Cephes expf: n = round(x / ln2), r = x - n ln2 in two parts, a degree-6
+  // polynomial, times 2^n built in two halves (so subnormal and overflowing
+  // results come out right). About 1 ulp over the whole range; AVX-512 wide.
+  Value* exp_f32(Value* x) {
+    llvm::Type* ty = x->getType();
+    auto k = [&](double v) { return fconst(ty, v); };
+    Value* xc = b_.CreateSelect(b_.CreateFCmpOGT(x, k(89.0)), k(89.0), x);
+    xc = b_.CreateSelect(b_.CreateFCmpOLT(xc, k(-104.0)), k(-104.0), xc);  // NaN passes through
+    Value* n = intrinsic(llvm::Intrinsic::roundeven, {b_.CreateFMul(xc, k(1.44269504088896341))});
+    Value* r = muladd(n, k(2.12194440e-4), muladd(n, k(-0.693359375), xc));
+    Value* p = k(1.9875691500E-4);
+    for (double c : {1.3981999507E-3, 8.3334519073E-3, 4.1665795894E-2, 1.6666665459E-1, 5.0000001201E-1}) {
+      p = muladd(p, r, k(c));
+    }
+    p = b_.CreateFAdd(muladd(p, b_.CreateFMul(r, r), r), k(1));
+    Value* ni = b_.CreateFPToSI(n, b_.getInt32Ty());
+    Value* n1 = b_.CreateAShr(ni, 1);
+    Value* n2 = b_.CreateSub(ni, n1);
+    auto pow2 = [&](Value* e) {
+      return b_.CreateBitCast(b_.CreateShl(b_.CreateAdd(e, b_.getInt32(127)), 23), ty);
+    };
+    return b_.CreateFMul(b_.CreateFMul(p, pow2(n1)), pow2(n2));
+  }
+
+  // Cephes sinf/cosf polynomials on [-pi/4, pi/4] after reducing x by
+  // multiples of pi/2 in double with FMAs (pi/2 in two parts): accurate while
+  // x * 2/pi fits a double's integers (|x| < 2^50), where float inputs are
+  // multiples of 2^27 anyway. NaN and infinities give NaN.
+  Value* sincos_f32(Value* x, bool cosine) {
+    llvm::Type* f32 = x->getType();
+    llvm::Type* f64 = b_.getDoubleTy();
+    auto k = [&](double v) { return fconst(f32, v); };
+    Value* xd = b_.CreateFPExt(x, f64);
+    Value* q = intrinsic(llvm::Intrinsic::roundeven, {b_.CreateFMul(xd, fconst(f64, 0.63661977236758134308))});
+    Value* r = intrinsic(llvm::Intrinsic::fma, {b_.CreateFNeg(q), fconst(f64, 1.57079632679489655800), xd});
+    r = intrinsic(llvm::Intrinsic::fma, {b_.CreateFNeg(q), fconst(f64, 6.12323399573676603587e-17), r});
+    Value* rf = b_.CreateFPTrunc(r, f32);
+    Value* finite = b_.CreateFCmpOLT(intrinsic(llvm::Intrinsic::fabs, {q}), fconst(f64, 9.0e15));
+    Value* qi = b_.CreateFPToSI(b_.CreateSelect(finite, q, fconst(f64, 0)), i64_);
+    if (cosine) qi = b_.CreateAdd(qi, b_.getInt64(1));
+    Value* z = b_.CreateFMul(rf, rf);
+    Value* sp = muladd(muladd(k(-1.9515295891E-4), z, k(8.3321608736E-3)), z, k(-1.6666654611E-1));
+    Value* sin_r = muladd(b_.CreateFMul(sp, z), rf, rf);
+    Value* cp = muladd(muladd(k(2.443315711809948E-5), z, k(-1.388731625493765E-3)), z, k(4.166664568298827E-2));
+    Value* cos_r = b_.CreateFAdd(muladd(b_.CreateFMul(cp, z), z, b_.CreateFMul(k(-0.5), z)), k(1));
+    Value* odd = b_.CreateICmpNE(b_.CreateAnd(qi, 1), b_.getInt64(0));
+    Value* neg = b_.CreateICmpNE(b_.CreateAnd(qi, 2), b_.getInt64(0));
+    Value* v = b_.CreateSelect(odd, cos_r, sin_r);
+    return b_.CreateSelect(neg, b_.CreateFNeg(v), v);
+  }
+
+  // Abramowitz & Stegun 7.1.26 (absolute error <= 1.5e-7), as at::vec's erf,
+  // for |x| >= 0.5.
+  Value* erf_f32(Value* x) {
+    llvm::Type* ty = x->getType();
+    auto k = [&](double v) { return fconst(ty, v); };
+    Value* ax = intrinsic(llvm::Intrinsic::fabs, {x});
+    Value* t = b_.CreateFDiv(k(1), muladd(k(0.3275911), ax, k(1)));
+    Value* r = k(1.061405429);
+    for (double c : {-1.453152027, 1.421413741, -0.284496736, 0.254829592}) r = muladd(r, t, k(c));
+    Value* e = intrinsic(llvm::Intrinsic::exp, {b_.CreateFNeg(b_.CreateFMul(x, x))});
+    Value* y = intrinsic(llvm::Intrinsic::copysign, {b_.CreateFSub(k(1), b_.CreateFMul(b_.CreateFMul(e, t), r)), x});
+    // Near 0 that form loses relative accuracy (1 - r t e cancels): the
+    // Taylor series, exact to 1e-9 relative for |x| < 0.5.
+    Value* z = b_.CreateFMul(x, x);
+    Value* s = k(1.0 / 9360);
+    for (double c : {-1.0 / 1320, 1.0 / 216, -1.0 / 42, 1.0 / 10, -1.0 / 3, 1.0}) s = muladd(s, z, k(c));
+    Value* series = b_.CreateFMul(b_.CreateFMul(x, k(1.12837916709551257390)), s);
+    return b_.CreateSelect(b_.CreateFCmpOLT(ax, k(0.5)), series, y);
   }
 
   Value* compare(Op op, Value* a, Value* b, DType t) {

@@ -47,17 +47,18 @@ std::string describe(const trace::Trace& t, const fusion::Region& r, size_t inde
   return os.str();
 }
 
-void dump(const std::string& name, const ir::Kernel& k, const std::string& llvm_ir) {
+void dump(const std::string& name, const ir::Kernel& k, const codegen::CompiledObject& obj) {
   namespace fs = std::filesystem;
   const fs::path dir(g_options.dump_dir);
   std::ofstream(dir / (name + ".kir")) << ir::to_text(k);
-  std::ofstream(dir / (name + ".ll")) << llvm_ir;
+  std::ofstream(dir / (name + ".ll")) << obj.llvm_ir;
+  std::ofstream(dir / (name + ".o"), std::ios::binary) << obj.object;
 }
 
 cache::Entry build(const fusion::PlannedKernel& pk, const std::string& name) {
   const bool want_ir = !g_options.dump_dir.empty();
   codegen::CompiledObject obj = codegen::compile(pk.kernel, name, g_options.codegen, want_ir);
-  if (want_ir) dump(name, pk.kernel, obj.llvm_ir);
+  if (want_ir) dump(name, pk.kernel, obj);
   const char* kind = pk.kernel.reduce_rank ? "row" : "pointwise";
   Metrics::global().add(Counter::Compiles, kind);
   const auto us = static_cast<int64_t>(obj.compile_ms * 1000);

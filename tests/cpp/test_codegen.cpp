@@ -187,28 +187,31 @@ TEST(Codegen, FloatToIntCastsFollowStaticCast) {
 
 TEST(Codegen, MathFunctionsMatchLibm) {
   const DType f = DType::Float32;
-  for (Op op : {Op::Exp, Op::Log, Op::Sin, Op::Tanh, Op::Erf, Op::Sigmoid, Op::Expm1}) {
+  for (Op op : {Op::Exp, Op::Log, Op::Sin, Op::Cos, Op::Tanh, Op::Erf, Op::Sigmoid, Op::Expm1}) {
     test::KernelBuilder b(1);
     int x = b.access(f, ir::Inner::Contiguous);
     int out = b.access(f, ir::Inner::Contiguous);
-    b.store(out, b.node(op, f, b.load(x)));
+    int lx = b.load(x);
+    b.store(out, b.node(op, f, op == Op::Log ? b.node(Op::Abs, f, lx) : lx));
     Compiled run(b.k);
     const int n = 1000;
     std::vector<float> xs(n), outs(n);
-    for (int i = 0; i < n; ++i) xs[i] = 0.01f + 0.0097f * i;
+    for (int i = 0; i < n; ++i) xs[i] = (i % 2 ? -1.f : 1.f) * (i < 100 ? 1e-4f * i + 1e-6f : 0.0197f * i);
     run({xs.data(), outs.data()}, {n, 0, 1, 0, 1}, {}, 0, n);
     for (int i = 0; i < n; ++i) {
       double v = xs[i], want = 0;
       switch (op) {
         case Op::Exp: want = std::exp(v); break;
-        case Op::Log: want = std::log(v); break;
+        case Op::Log: want = std::log(std::fabs(v)); break;
         case Op::Sin: want = std::sin(v); break;
+        case Op::Cos: want = std::cos(v); break;
         case Op::Tanh: want = std::tanh(v); break;
         case Op::Erf: want = std::erf(v); break;
         case Op::Sigmoid: want = 1 / (1 + std::exp(-v)); break;
         default: want = std::expm1(v); break;
       }
-      ASSERT_NEAR(outs[i], want, 4e-6 * std::max(1.0, std::fabs(want))) << ir::op_name(op) << " at " << v;
+      const double tol = 4e-7 * std::fabs(want) + 1e-30;
+      ASSERT_NEAR(outs[i], want, tol) << ir::op_name(op) << " at " << v;
     }
   }
 }
@@ -247,4 +250,29 @@ TEST(Codegen, FingerprintNamesTheCompilerAndTheCpu) {
   EXPECT_NE(plain.find("llvm=19"), std::string::npos) << plain;
   EXPECT_NE(plain.find("cpu="), std::string::npos) << plain;
   EXPECT_NE(plain, fast);
+}
+
+TEST(Codegen, OwnMathFunctionsHandleTheEdges) {
+  // exp: overflow, underflow to subnormals and zero; sin/cos/tanh: infinities and NaN.
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> xs = {-200.f, -103.5f, -100.f, -87.5f, 0.f, 88.5f, 88.8f, 200.f, inf, -inf, nan, 1e6f, -3e7f, 1e-30f};
+  for (Op op : {Op::Exp, Op::Sin, Op::Cos, Op::Tanh}) {
+    test::KernelBuilder b(1);
+    int x = b.access(DType::Float32, ir::Inner::Contiguous);
+    int out = b.access(DType::Float32, ir::Inner::Contiguous);
+    b.store(out, b.node(op, DType::Float32, b.load(x)));
+    Compiled run(b.k);
+    std::vector<float> outs(xs.size());
+    run({xs.data(), outs.data()}, {int64_t(xs.size()), 0, 1, 0, 1}, {}, 0, int64_t(xs.size()));
+    for (size_t i = 0; i < xs.size(); ++i) {
+      float want = op == Op::Exp ? std::exp(xs[i]) : op == Op::Sin ? std::sin(xs[i]) : op == Op::Cos ? std::cos(xs[i]) : std::tanh(xs[i]);
+      if (std::isnan(want)) {
+        EXPECT_TRUE(std::isnan(outs[i])) << ir::op_name(op) << " at " << xs[i];
+      } else if (std::isinf(want)) {
+        EXPECT_EQ(outs[i], want) << ir::op_name(op) << " at " << xs[i];
+      } else {
+        EXPECT_NEAR(outs[i], want, 2e-7 * std::fabs(want) + 1e-44) << ir::op_name(op) << " at " << xs[i];
+      }
+    }
+  }
 }
