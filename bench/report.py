@@ -32,6 +32,64 @@ def _micro(data, name):
     return None
 
 
+def _ratio(a, b):
+    """a / b of two medians, or None."""
+    if not a or not b or "median_s" not in a or "median_s" not in b:
+        return None
+    return a["median_s"] / b["median_s"]
+
+
+def _check(value, ok):
+    if value is None:
+        return "—", "not measured"
+    return value, "met" if ok else "**not met**"
+
+
+def lazy_section(data):
+    """The lazy-mode targets of issue 4, each with the number this run measured."""
+    w = {x["name"]: x["results"] for x in data["workloads"]}
+    rows = []
+    chain = w.get("pointwise_chain", {})
+    r = _ratio(chain.get("cpu_eager"), chain.get("kiln_lazy"))
+    rows.append(("8-op pointwise chain, lazy vs eager CPU", ">= 3x") + _check(r and f"{r:.2f}x", r and r >= 3))
+    r = _ratio(chain.get("cpu_compile"), chain.get("kiln_lazy"))
+    rows.append(("8-op pointwise chain, lazy vs torch.compile steady state", ">= 1x") +
+                _check(r and f"{r:.2f}x", r and r >= 1))
+    off, on = w.get("adamw_foreach_off", {}), w.get("adamw_foreach_on", {})
+    r = _ratio(off.get("cpu_eager"), off.get("kiln_lazy"))
+    rows.append(("AdamW step (foreach off), lazy vs eager CPU", ">= 2x") + _check(r and f"{r:.2f}x", r and r >= 2))
+    r = _ratio(on.get("cpu_eager"), off.get("kiln_lazy"))
+    rows.append(("AdamW step (foreach off) lazy vs eager CPU with foreach on", "> 1x") +
+                _check(r and f"{r:.2f}x", r and r > 1))
+    comp = data.get("compile", {})
+    med, p99 = comp.get("median_ms"), comp.get("p99_ms")
+    rows.append((f"compile time per region, median ({comp.get('regions', 0)} regions compiled in this run)",
+                 "<= 15 ms") + _check(med and f"{med:.1f} ms", med is not None and med <= 15))
+    rows.append(("compile time per region, 99th percentile", "<= 60 ms") +
+                _check(p99 and f"{p99:.1f} ms", p99 is not None and p99 <= 60))
+    rec = data.get("recording", {})
+    ov = rec.get("overhead_us_per_op")
+    rows.append(("recording overhead per op above PyTorch eager CPU (1-element tensors; "
+                 f"{rec.get('kiln_lazy_record_us_per_op', 0):.2f} vs {rec.get('cpu_eager_us_per_op', 0):.2f} µs)",
+                 "<= 1.5 µs") + _check(ov is not None and f"{ov:.2f} µs", ov is not None and ov <= 1.5))
+    triad = data["stream"]["triad_GBps"]
+    lazy = chain.get("kiln_lazy")
+    bytes_ = next((x.get("min_bytes") for x in data["workloads"] if x["name"] == "pointwise_chain"), None)
+    share = bytes_ / lazy["median_s"] / 1e9 / triad if lazy and "median_s" in lazy and bytes_ else None
+    rows.append(("fused pointwise chain bandwidth, share of triad", ">= 70%") +
+                _check(share is not None and f"{share * 100:.0f}%", share is not None and share >= 0.7))
+    peak = data.get("peak_memory", {})
+    ok = "lazy" in peak and "eager" in peak
+    rows.append(("pointwise chain peak device memory, lazy vs eager",
+                 "lazy <= eager") + _check(ok and f"{peak['lazy'] / 2**20:.1f} vs {peak['eager'] / 2**20:.1f} MiB",
+                                           ok and peak["lazy"] <= peak["eager"]))
+    out = ["## Lazy mode (issue 4 targets)", "",
+           "Each value is from this run; ratios compare medians measured side by side.", "",
+           "| target | wanted | measured | verdict |", "|---|---|---|---|"]
+    out += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
+    return out + [""]
+
+
 def markdown(data, png_names):
     m = data["machine"]
     ran = [c for c in data["contenders"] if not c["reason"]]
@@ -84,20 +142,27 @@ def markdown(data, png_names):
                 tp = f"{b['bytes_per_second'] / 1e9:.2f} GB/s"
             lines.append(f"| `{b['name']}` | {b['real_time']:.1f} {b['time_unit']} | {tp} |")
         lines.append("")
+    # ---- lazy mode: the issue-4 targets, each a ratio from this run
+    lines += lazy_section(data)
     # ---- end to end
     lines += ["## End-to-end workloads", "", "Median milliseconds per iteration:", ""]
     header = "| workload | " + " | ".join(c["label"] for c in ran) + \
-             " | kiln eager vs eager CPU | kiln eager vs torch.compile | torch.compile first call (s) |"
-    lines += [header, "|" + "---|" * (len(ran) + 4)]
+             " | kiln eager vs eager CPU | kiln lazy vs eager CPU | kiln lazy vs torch.compile | " \
+             "torch.compile first call (s) | kiln lazy first call (s) |"
+    lines += [header, "|" + "---|" * (len(ran) + 6)]
     for w in data["workloads"]:
         res = w["results"]
         cells = [_fmt_ms(res.get(c["key"], {"skipped": ""})) for c in ran]
         first = res.get("cpu_compile", {})
         first_s = f"{first['first_s']:.1f}" if "first_s" in first else "—"
+        lazy_first = res.get("kiln_lazy", {})
+        lazy_first_s = f"{lazy_first['first_s']:.2f}" if "first_s" in lazy_first else "—"
+        skip = {"skipped": 1}
         lines.append(f"| {w['name']} | " + " | ".join(cells) +
-                     f" | {_speedup(res.get('cpu_eager', {'skipped': 1}), res.get('kiln_eager', {'skipped': 1}))}"
-                     f" | {_speedup(res.get('cpu_compile', {'skipped': 1}), res.get('kiln_eager', {'skipped': 1}))}"
-                     f" | {first_s} |")
+                     f" | {_speedup(res.get('cpu_eager', skip), res.get('kiln_eager', skip))}"
+                     f" | {_speedup(res.get('cpu_eager', skip), res.get('kiln_lazy', skip))}"
+                     f" | {_speedup(res.get('cpu_compile', skip), res.get('kiln_lazy', skip))}"
+                     f" | {first_s} | {lazy_first_s} |")
     lines += ["", "Workloads:", ""] + [f"- `{w['name']}`: {w['description']}" for w in data["workloads"]] + [""]
     skipped = {}
     for w in data["workloads"]:

@@ -24,6 +24,8 @@ os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="kiln-b
 
 import torch  # noqa: E402
 
+import kiln  # noqa: E402
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import workloads  # noqa: E402
 
@@ -38,17 +40,16 @@ def _compiled(fn):
     return torch.compile(fn)
 
 
-NOT_BUILT = "not built yet: lazy micro-traces, fusion and LLVM codegen are issue 4"
-NO_CACHE = "not built yet: the persistent executable cache comes after issue 4"
+NO_CACHE = "not built yet: the persistent executable cache is the next issue"
 
-# (key, label, device, compile function or None, reason it cannot run)
+# (key, label, device, compile function or None, reason it cannot run, kiln mode)
 CONTENDERS = [
-    ("cpu_eager", "PyTorch eager, CPU", "cpu", _identity, None),
-    ("cpu_compile", "torch.compile (Inductor), CPU", "cpu", _compiled, None),
-    ("kiln_eager", "kiln eager (one launch per op)", DEVICE, _identity, None),
-    ("kiln_lazy", "kiln lazy", DEVICE, None, NOT_BUILT),
-    ("kiln_lazy_cold", "kiln lazy, cold cache", DEVICE, None, NO_CACHE),
-    ("kiln_lazy_warm", "kiln lazy, warm cache", DEVICE, None, NO_CACHE),
+    ("cpu_eager", "PyTorch eager, CPU", "cpu", _identity, None, None),
+    ("cpu_compile", "torch.compile (Inductor), CPU", "cpu", _compiled, None, None),
+    ("kiln_eager", "kiln eager (one launch per op)", DEVICE, _identity, None, "eager"),
+    ("kiln_lazy", "kiln lazy (fused, compiled)", DEVICE, _identity, None, "lazy"),
+    ("kiln_lazy_cold", "kiln lazy, cold persistent cache", DEVICE, None, NO_CACHE, None),
+    ("kiln_lazy_warm", "kiln lazy, warm persistent cache", DEVICE, None, NO_CACHE, None),
 ]
 
 
@@ -63,26 +64,31 @@ def measure(workload, device, compile_fn, scale, reps, budget_s, warmup_s):
     if compile_fn is _compiled:
         torch._dynamo.reset()
     step = workload.build(device, scale, compile_fn)
+    # Results stay referenced until the sync, as a program that uses them
+    # keeps them: lazy mode computes nothing nobody holds.
     t0 = time.perf_counter()
-    step()
+    out = step()
     _sync(device)
     first = time.perf_counter() - t0
+    del out
     # Warm-up until a steady state: backward graphs compile, optimizer state
     # appears, and allocators settle (glibc's malloc hands the first large
     # blocks back to the OS, so early CPU-eager iterations page-fault).
     warm_until = time.perf_counter() + warmup_s
     for i in range(1000):
-        step()
+        out = step()
         _sync(device)
+        del out
         if i >= 2 and time.perf_counter() > warm_until:
             break
     times = []
     deadline = time.perf_counter() + budget_s
     while len(times) < reps and (len(times) < 3 or time.perf_counter() < deadline):
         t0 = time.perf_counter()
-        step()
+        out = step()
         _sync(device)
         times.append(time.perf_counter() - t0)
+        del out
     return {"first_s": first, "median_s": statistics.median(times), "min_s": min(times), "max_s": max(times),
             "reps": len(times)}
 
@@ -102,6 +108,46 @@ def stream_bandwidth(elements, reps=5):
         best_triad = min(best_triad, time.perf_counter() - t0)
     return {"elements": elements, "copy_GBps": 2 * 4 * elements / best_copy / 1e9,
             "triad_GBps": 3 * 4 * elements / best_triad / 1e9}
+
+
+def recording_overhead(ops=4000):
+    """Per-op cost on 1-element float32 tensors: PyTorch eager CPU (its own
+    dispatch plus a tiny kernel) and kiln lazy recording (no sync inside the
+    timed loop), measured alternately, best of 7."""
+    best = {"cpu": float("inf"), "kiln": float("inf")}
+    kiln.set_mode("lazy")
+    for _ in range(7):
+        for key, device in (("cpu", "cpu"), ("kiln", DEVICE)):
+            x = torch.ones(1, device=device)
+            _sync(device)
+            t0 = time.perf_counter()
+            y = x
+            for _ in range(ops // 2):
+                y = y * 1.0001
+                y = y + 0.0001
+            best[key] = min(best[key], (time.perf_counter() - t0) / ops)
+            _sync(device)
+            del y
+    return {"cpu_eager_us_per_op": best["cpu"] * 1e6, "kiln_lazy_record_us_per_op": best["kiln"] * 1e6,
+            "overhead_us_per_op": (best["kiln"] - best["cpu"]) * 1e6}
+
+
+def pointwise_chain_peak_memory(scale):
+    """Peak device memory of one pointwise-chain step, lazy vs eager (bytes above the input)."""
+    out = {}
+    mod = getattr(torch, DEVICE)
+    for mode in ("eager", "lazy"):
+        kiln.set_mode(mode)
+        step = workloads.build_pointwise(DEVICE, scale, _identity)
+        step()
+        mod.synchronize()
+        mod.reset_peak_memory_stats()
+        base = mod.memory_allocated()
+        y = step()
+        mod.synchronize()
+        out[mode] = mod.max_memory_allocated() - base
+        del y
+    return out
 
 
 def micro_benchmarks(binary, quick):
@@ -151,7 +197,7 @@ def main(argv=None):
     result = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "mode": mode, "scale": scale,
               "warmup_s": warmup, "reps": reps,
               "machine": machine(), "workloads": [], "contenders": [
-                  {"key": k, "label": l, "reason": r} for k, l, _, _, r in CONTENDERS]}
+                  {"key": k, "label": l, "reason": r} for k, l, _, _, r, _ in CONTENDERS]}
     result["stream"] = stream_bandwidth(1 << 16 if args.smoke else (1 << 24 if args.quick else 1 << 26))
     print(f"memory bandwidth: copy {result['stream']['copy_GBps']:.1f} GB/s, "
           f"triad {result['stream']['triad_GBps']:.1f} GB/s", flush=True)
@@ -162,7 +208,9 @@ def main(argv=None):
             continue
         row = {"name": w.name, "description": w.description, "results": {},
                "min_bytes": w.min_bytes(scale) if w.min_bytes else None, "ops": w.ops(scale) if w.ops else None}
-        for key, label, device, compile_fn, reason in CONTENDERS:
+        for key, label, device, compile_fn, reason, mode in CONTENDERS:
+            if mode is not None:
+                kiln.set_mode(mode)
             if reason is not None:
                 row["results"][key] = {"skipped": reason}
                 continue
@@ -178,6 +226,18 @@ def main(argv=None):
                 traceback.print_exc()
                 row["results"][key] = {"skipped": f"failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}"}
         result["workloads"].append(row)
+
+    kiln.set_mode("lazy")
+    times = sorted(kiln._C.compile_times_ms())
+    result["compile"] = {"regions": len(times),
+                         "median_ms": statistics.median(times) if times else None,
+                         "p99_ms": times[min(len(times) - 1, int(0.99 * len(times)))] if times else None,
+                         "max_ms": times[-1] if times else None}
+    if not args.smoke:
+        result["recording"] = recording_overhead()
+        result["peak_memory"] = pointwise_chain_peak_memory(scale)
+        print(f"recording: {result['recording']}; peak memory: {result['peak_memory']}; "
+              f"compile: {result['compile']}", flush=True)
 
     # Last: the micro-benchmark process churns through memory, and CPU eager's
     # fresh large temporaries page-fault several times slower right after it

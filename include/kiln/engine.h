@@ -7,6 +7,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kiln/cache.h"
 #include "kiln/codegen.h"
@@ -36,6 +37,9 @@ const Options& options();
 // waits for the device, whatever KILN_LAUNCH_BLOCKING says). `reason`
 // is what made the flush happen (counted in the metrics).
 void flush(runtime::Device& dev, trace::Trace trace, std::string_view reason);
+
+// Milliseconds each compile of this process took, in order (benchmarks).
+std::vector<double> compile_times_ms();
 
 // The process's compiled executables (the persistent store comes next).
 cache::MemoryCache& executable_cache();

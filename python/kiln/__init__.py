@@ -28,7 +28,18 @@ for _message in _C._init():  # raises ValueError naming a bad knob
     warnings.warn(_message, stacklevel=2)
 
 DEVICE_NAME = _C.device_name()
-MODE = _C.mode()  # KILN_MODE: "lazy" (record, fuse, compile) or "eager" (one launch per op)
+
+def mode():
+    """"lazy" (ops are recorded, fused, compiled and launched at sync points) or
+    "eager" (one launch per op). Starts as KILN_MODE says."""
+    return _C.mode()
+
+
+def set_mode(new_mode):
+    """Switches between "lazy" and "eager" at run time; whatever was recorded
+    so far is flushed first."""
+    _C.set_mode(new_mode)
+
 
 torch.utils.rename_privateuse1_backend(DEVICE_NAME)
 
@@ -44,4 +55,4 @@ if _C.metrics_at_exit():
     atexit.register(lambda: print(metrics.report(), file=sys.stderr))
 
 
-__all__ = ["DEVICE_NAME", "MODE", "metrics"]
+__all__ = ["DEVICE_NAME", "metrics", "mode", "set_mode"]

@@ -17,6 +17,10 @@ void initialize();
 bool is_initialized();
 const Settings& settings();
 
+// Switches KILN_MODE at run time (kiln.set_mode): flushes what every device
+// recorded first, so nothing recorded under one mode is left behind.
+void set_lazy_mode(bool lazy);
+
 // The device behind `index` (-1 = current). Raises a c10 error naming the
 // index and the valid range when out of range, or when kiln is not initialized
 // or the process is a fork child.

@@ -7,6 +7,7 @@
 
 #include "dispatch/generator.h"
 #include "dispatch/neuron.h"
+#include "kiln/engine.h"
 
 namespace kiln::dispatch {
 void register_hooks();
@@ -80,6 +81,13 @@ PYBIND11_MODULE(_C, m) {
   m.def("is_in_bad_fork", &in_bad_fork);
   m.def("launch_blocking", [] { return settings().launch_blocking; });
   m.def("mode", [] { return std::string(settings().lazy ? "lazy" : "eager"); });
+  m.def("set_mode", [](const std::string& mode) {
+    if (mode != "lazy" && mode != "eager") {
+      throw py::value_error("kiln.set_mode: unknown mode '" + mode + "'; accepted: lazy, eager");
+    }
+    set_lazy_mode(mode == "lazy");
+  });
+  m.def("compile_times_ms", [] { return engine::compile_times_ms(); });
   m.def("metrics_report", [] { return Metrics::global().report(); });
   m.def("metrics_counters", [] { return Metrics::global().snapshot(); });
   m.def("metrics_reset", [] { Metrics::global().reset(); });

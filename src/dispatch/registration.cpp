@@ -42,6 +42,11 @@ bool is_initialized() { return g_initialized.load(std::memory_order_acquire); }
 
 const Settings& settings() { return g_settings; }
 
+void set_lazy_mode(bool lazy) {
+  for (c10::DeviceIndex i = 0; i < device_count(); ++i) synchronize(device(i), "mode switch");
+  g_settings.lazy = lazy;
+}
+
 bool in_bad_fork() { return g_bad_fork.load(std::memory_order_relaxed); }
 
 std::string device_string(c10::DeviceIndex index) {

@@ -22,6 +22,9 @@ runtime::ThreadPool& pool() {
   return *g_pool;
 }
 
+std::mutex g_times_mu;
+std::vector<double> g_compile_times_ms;
+
 const std::string& fingerprint() {
   static const std::string f = codegen::environment_fingerprint(g_options.codegen);
   return f;
@@ -64,6 +67,10 @@ cache::Entry build(const fusion::PlannedKernel& pk, const std::string& name) {
   const auto us = static_cast<int64_t>(obj.compile_ms * 1000);
   Metrics::global().add(Counter::CompileTime, "total_us", us);
   Metrics::global().raise_to(Counter::CompileTime, "max_us", us);
+  {
+    std::lock_guard<std::mutex> lock(g_times_mu);
+    g_compile_times_ms.push_back(obj.compile_ms);
+  }
   if (logging("compile")) {
     g_options.log("compile", name + ": " + kind + " kernel, " + std::to_string(pk.kernel.nodes.size()) + " nodes, " +
                                  std::to_string(obj.compile_ms) + " ms, " + std::to_string(obj.object.size()) +
@@ -98,6 +105,11 @@ void configure(const Options& options) {
 }
 
 const Options& options() { return g_options; }
+
+std::vector<double> compile_times_ms() {
+  std::lock_guard<std::mutex> lock(g_times_mu);
+  return g_compile_times_ms;
+}
 
 cache::MemoryCache& executable_cache() {
   static auto* c = new cache::MemoryCache();  // never destroyed: kernels may run during shutdown

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 import kiln
 
-pytestmark = pytest.mark.skipif(kiln.MODE != "lazy", reason="lazy mode only")
+pytestmark = pytest.mark.skipif(kiln.mode() != "lazy", reason="lazy mode only")
 DEVICE = kiln.DEVICE_NAME
 
 
@@ -204,3 +204,19 @@ def test_unwritable_dump_dir_is_refused_at_import():
     r = run_python("import torch, kiln", env={"KILN_DUMP_DIR": "/proc/no-such-dir/kiln"})
     assert r.returncode != 0
     assert "KILN_DUMP_DIR" in r.stderr and "writable" in r.stderr
+
+
+def test_mode_switches_at_run_time():
+    x = torch.randn(100)
+    pending = (x.to(DEVICE) * 3).sin()  # recorded in lazy mode, flushed by the switch
+    kiln.set_mode("eager")
+    try:
+        assert kiln.mode() == "eager"
+        out, kernels, library = kernels_for(lambda t: (t * 2).cos(), x)
+        assert kernels == 0 and library == 2
+        assert torch.equal(out.cpu(), (x * 2).cos())
+        with pytest.raises(ValueError, match="accepted: lazy, eager"):
+            kiln.set_mode("jit")
+    finally:
+        kiln.set_mode("lazy")
+    torch.testing.assert_close(pending.cpu(), (x * 3).sin())

@@ -1,0 +1,137 @@
+// Micro-benchmarks of the lazy pipeline's core, without torch: recording an
+// op into a micro-trace, hashing a kernel into its executable key,
+// partitioning traces into regions, and compiling regions by size.
+#include <benchmark/benchmark.h>
+
+#include <string>
+#include <vector>
+
+#include "kiln/cache.h"
+#include "kiln/codegen.h"
+#include "kiln/fusion.h"
+#include "kiln/trace.h"
+
+using namespace kiln;
+
+namespace {
+
+trace::View view(int32_t buffer, const std::vector<int64_t>& sizes) {
+  trace::View v;
+  v.buffer = buffer;
+  v.dtype = ir::DType::Float32;
+  int64_t s = 1;
+  v.strides.assign(sizes.size(), 0);
+  for (size_t d = sizes.size(); d-- > 0;) {
+    v.strides[d] = sizes[d] == 1 ? 0 : s;
+    s *= sizes[d];
+  }
+  return v;
+}
+
+// y = x * s + z as a lowering builds it.
+trace::TraceOp pointwise_op(int32_t x, int32_t z, int32_t y, const std::vector<int64_t>& sizes, double s) {
+  trace::TraceOp op;
+  op.name = "aten::mul";
+  op.sizes = sizes;
+  int32_t v = op.add_node(ir::Op::Mul, ir::DType::Float32, op.load(view(x, sizes)),
+                          op.cast(op.scalar_float(s), ir::DType::Float32));
+  op.store(view(y, sizes), op.add_node(ir::Op::Add, ir::DType::Float32, v, op.load(view(z, sizes))));
+  return op;
+}
+
+trace::TraceOp sum_rows(int32_t x, int32_t y, const std::vector<int64_t>& sizes) {
+  trace::TraceOp op;
+  op.name = "aten::amax";
+  op.sizes = sizes;
+  op.reduced = uint64_t(1) << (sizes.size() - 1);
+  trace::View out = view(y, sizes);
+  out.strides.back() = 0;
+  op.store(out, op.reduce(ir::ReduceKind::Max, ir::DType::Float32, op.load(view(x, sizes))));
+  return op;
+}
+
+// A trace of `n` ops: chains of pointwise ops over two shapes with a row
+// reduction every tenth op, each op writing a fresh buffer.
+trace::Trace make_trace(int n) {
+  trace::Trace t;
+  const std::vector<int64_t> a = {64, 128}, b = {4096};
+  auto fresh = [&](size_t bytes) {
+    t.buffers.push_back({nullptr, bytes, true, false, nullptr});
+    return static_cast<int32_t>(t.buffers.size()) - 1;
+  };
+  int32_t xa = fresh(64 * 128 * 4), xb = fresh(4096 * 4);
+  for (int i = 0; i < n; ++i) {
+    if (i % 10 == 9) {
+      int32_t r = fresh(64 * 4);
+      t.ops.push_back(sum_rows(xa, r, a));
+    } else if ((i / 20) % 2 == 0) {
+      int32_t y = fresh(64 * 128 * 4);
+      t.ops.push_back(pointwise_op(xa, xa, y, a, 1.5));
+      xa = y;
+    } else {
+      int32_t y = fresh(4096 * 4);
+      t.ops.push_back(pointwise_op(xb, xb, y, b, 0.5));
+      xb = y;
+    }
+  }
+  return t;
+}
+
+void BM_RecordOp(benchmark::State& state) {
+  trace::Recorder rec;
+  std::vector<float> mem(3 * 256);
+  const std::vector<int64_t> sizes = {256};
+  int64_t n = 0;
+  for (auto _ : state) {
+    auto lock = rec.lock();
+    int32_t x = rec.buffer(mem.data(), 1024, false, nullptr);
+    int32_t z = rec.buffer(mem.data() + 256, 1024, false, nullptr);
+    int32_t y = rec.buffer(mem.data() + 512, 1024, true, nullptr);
+    rec.append(pointwise_op(x, z, y, sizes, 1.5));
+    if (++n % 1024 == 0) benchmark::DoNotOptimize(rec.take());
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_RecordOp);
+
+void BM_KernelKey(benchmark::State& state) {
+  trace::Trace t = make_trace(9);  // one 9-op pointwise region
+  fusion::Plan p = fusion::plan(t, {});
+  const ir::Kernel& k = p.kernels.at(0).kernel;
+  const std::string fingerprint = codegen::environment_fingerprint({});
+  for (auto _ : state) benchmark::DoNotOptimize(cache::make_key(ir::serialize(k), fingerprint));
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_KernelKey);
+
+void BM_Partition(benchmark::State& state) {
+  trace::Trace t = make_trace(static_cast<int>(state.range(0)));
+  for (auto _ : state) benchmark::DoNotOptimize(fusion::plan(t, {}));
+  state.SetItemsProcessed(state.iterations() * state.range(0));
+}
+BENCHMARK(BM_Partition)->Arg(100)->Arg(1000)->Unit(benchmark::kMicrosecond);
+
+// Compile time of a pointwise region of N ops (IR -> optimized object), by N.
+void BM_Compile(benchmark::State& state) {
+  trace::Trace region;
+  region.buffers.push_back({nullptr, 64 * 128 * 4, false, false, nullptr});
+  const std::vector<int64_t> a = {64, 128};
+  int32_t x = 0;
+  for (int i = 0; i < state.range(0); ++i) {  // a chain of N ops, one kernel; only the last result is live
+    region.buffers.push_back({nullptr, 64 * 128 * 4, true, false, nullptr});
+    int32_t y = static_cast<int32_t>(region.buffers.size()) - 1;
+    region.ops.push_back(pointwise_op(x, 0, y, a, 1.0 + i));
+    x = y;
+  }
+  for (size_t b = 1; b + 1 < region.buffers.size(); ++b) region.buffers[b].dead = true;
+  fusion::Plan p = fusion::plan(region, {.max_ops = 4096});
+  const ir::Kernel& k = p.kernels.at(0).kernel;
+  int64_t n = 0;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(codegen::compile(k, "kiln_bench_" + std::to_string(n++), {}));
+  }
+  state.counters["ops"] = static_cast<double>(state.range(0));
+}
+BENCHMARK(BM_Compile)->Arg(1)->Arg(8)->Arg(32)->Arg(64)->Unit(benchmark::kMillisecond);
+
+}  // namespace
