@@ -85,6 +85,24 @@ def _scalar(rng):
     return rng.choice(["True", "False"])
 
 
+# (cumulative probability, template) for reductions over one dim.
+REDUCTIONS = [
+    (0.15, "{out} = {a}.amax(dim={dim}, keepdim={keep})"),
+    (0.25, "{out} = {a}.argmax(dim={dim}, keepdim={keep})"),
+    (0.35, "{out} = {a}.any(dim={dim}, keepdim={keep})"),
+    (0.5, "{out} = torch.softmax({a}, dim={dim})"),
+    (0.6, "{out} = torch.log_softmax({a}, dim={dim})"),
+    (0.7, "{out} = {a}.var(dim={dim}, keepdim={keep})"),
+    (0.8, "{out} = torch.logsumexp({a}, dim={dim}, keepdim={keep})"),
+    (0.9, "{out} = {a}.sum(dim={dim}, keepdim={keep})"),
+    (1.0, "{out} = {a}.max(dim={dim}, keepdim={keep}).values"),
+]
+
+
+def _pick(table, u):
+    return next(template for bound, template in table if u < bound)
+
+
 class Program:
     def __init__(self, seed, max_ops=30):
         self.seed = seed
@@ -216,23 +234,7 @@ class Program:
             form = rng.random()
             if dim is None:
                 return f"{out} = {a}.amax()", out
-            if form < 0.15:
-                return f"{out} = {a}.amax(dim={dim}, keepdim={keep})", out
-            if form < 0.25:
-                return f"{out} = {a}.argmax(dim={dim}, keepdim={keep})", out
-            if form < 0.35:
-                return f"{out} = {a}.any(dim={dim}, keepdim={keep})", out
-            if form < 0.5:
-                return f"{out} = torch.softmax({a}, dim={dim})", out
-            if form < 0.6:
-                return f"{out} = torch.log_softmax({a}, dim={dim})", out
-            if form < 0.7:
-                return f"{out} = {a}.var(dim={dim}, keepdim={keep})", out
-            if form < 0.8:
-                return f"{out} = torch.logsumexp({a}, dim={dim}, keepdim={keep})", out
-            if form < 0.9:
-                return f"{out} = {a}.sum(dim={dim}, keepdim={keep})", out
-            return f"{out} = {a}.max(dim={dim}, keepdim={keep}).values", out
+            return _pick(REDUCTIONS, form).format(out=out, a=a, dim=dim, keep=keep), out
         # free an intermediate before the sync: its stores must vanish, not its consumers' results
         victim = rng.choice(names)
         if victim in self.inputs or len(self.names) < 2:
