@@ -75,11 +75,12 @@ trace::View RegionBuilder::to_region(const trace::View& v, const std::vector<int
   return out;
 }
 
-std::string RegionBuilder::try_add(const trace::TraceOp& op, int32_t index) {
+std::string RegionBuilder::try_add(const trace::TraceOp& op, int32_t index, int32_t component) {
   if (num_ops_ == 0) {
     sizes_ = op.sizes;
     reduced_ = op.reduced;
     first_op_ = index;
+    component_ = component;
   } else if (num_ops_ >= max_ops_) {
     return "size limit";
   }
@@ -110,6 +111,11 @@ std::string RegionBuilder::try_add(const trace::TraceOp& op, int32_t index) {
     }
     stores.push_back(std::move(v));
   }
+
+  // Independent work does not join: ops connected to the region by no chain
+  // of shared buffers would only add memory streams to its loop (prefetchers
+  // and TLBs lose track past a few dozen) and instructions to its compile.
+  if (num_ops_ > 0 && component != component_) return "no shared data";
 
   // Commit: the op's fragment in region numbering.
   if (op.reduced != 0) reduced_ = op.reduced;
@@ -173,17 +179,41 @@ Region RegionBuilder::region(std::string ended_by) const {
   return r;
 }
 
+// Ops linked by a chain of shared buffers, over the whole trace (union-find):
+// one parameter's optimizer update is one component, the next parameter's
+// another, although the two never share a buffer.
+std::vector<int32_t> components(const trace::Trace& trace) {
+  std::vector<int32_t> parent(trace.buffers.size());
+  for (size_t i = 0; i < parent.size(); ++i) parent[i] = static_cast<int32_t>(i);
+  auto find = [&](int32_t x) {
+    while (parent[x] != x) x = parent[x] = parent[parent[x]];
+    return x;
+  };
+  auto first_buffer = [](const trace::TraceOp& op) {
+    return op.loads.empty() ? op.stores.at(0).view.buffer : op.loads[0].buffer;
+  };
+  for (const auto& op : trace.ops) {
+    const int32_t root = find(first_buffer(op));
+    for (const auto& v : op.loads) parent[find(v.buffer)] = root;
+    for (const auto& o : op.stores) parent[find(o.view.buffer)] = root;
+  }
+  std::vector<int32_t> out;
+  for (const auto& op : trace.ops) out.push_back(find(first_buffer(op)));
+  return out;
+}
+
 Plan plan(const trace::Trace& trace, const Options& options) {
   Plan out;
   std::vector<RegionBuilder> built;
   RegionBuilder current(options.max_ops);
+  const std::vector<int32_t> component = components(trace);
   for (size_t i = 0; i < trace.ops.size(); ++i) {
-    std::string refused = current.try_add(trace.ops[i], static_cast<int32_t>(i));
+    std::string refused = current.try_add(trace.ops[i], static_cast<int32_t>(i), component[i]);
     if (refused.empty()) continue;
     out.regions.push_back(current.region(refused));
     built.push_back(std::move(current));
     current = RegionBuilder(options.max_ops);
-    std::string again = current.try_add(trace.ops[i], static_cast<int32_t>(i));
+    std::string again = current.try_add(trace.ops[i], static_cast<int32_t>(i), component[i]);
     if (!again.empty()) throw std::logic_error("kiln fusion: an op cannot start a region: " + again);
   }
   if (current.num_ops() > 0) {

@@ -19,8 +19,9 @@ class RegionBuilder {
 
   explicit RegionBuilder(int max_ops) : max_ops_(max_ops) {}
 
-  // Adds trace op `index`, or returns why it cannot join (nothing changes then).
-  std::string try_add(const trace::TraceOp& op, int32_t index);
+  // Adds trace op `index` (of buffer-sharing component `component`), or
+  // returns why it cannot join (nothing changes then).
+  std::string try_add(const trace::TraceOp& op, int32_t index, int32_t component);
   int num_ops() const { return num_ops_; }
   Region region(std::string ended_by) const;
   const std::vector<trace::View>& memory_loads() const { return memory_loads_; }
@@ -39,6 +40,7 @@ class RegionBuilder {
   int max_ops_;
   int num_ops_ = 0;
   int32_t first_op_ = 0;
+  int32_t component_ = -1;
   std::vector<int64_t> sizes_;
   uint64_t reduced_ = 0;
   std::vector<ir::Node> nodes_;  // Load args index memory_loads_

@@ -11,6 +11,9 @@
 //  - A value written in the region and read back through the same view is
 //    forwarded in registers; read or written through a different,
 //    overlapping view, the region ends (eager order is kept across regions).
+//  - An op linked to the region by no chain of shared buffers (anywhere in
+//    the trace) starts a new one: fusing independent work adds memory
+//    streams and compile time and saves nothing.
 //  - A region holds at most Options::max_ops ops.
 //  - Stores to buffers freed before the flush are dropped, unless a later
 //    region reads them from memory: then they get scratch memory.

@@ -401,3 +401,22 @@ TEST(Fusion, AValueLoadedBeforeAnInPlaceWriteKeepsTheOldContents) {
     EXPECT_EQ(tb.memory[x][i], tb.memory[z][i] * 2) << i;
   }
 }
+
+TEST(Fusion, IndependentOpsDoNotShareAKernel) {
+  // Two parameters updated one after the other: same shape, linked by no buffer.
+  TraceBuilder tb;
+  const std::vector<int64_t> s = {16};
+  int32_t p = tb.buffer(16, false), q = tb.buffer(16, false), g = tb.buffer(16, false), h = tb.buffer(16, false),
+          t = tb.buffer(16);
+  auto V = [&](int32_t id) { return TraceBuilder::view(id, s, s); };
+  tb.with_scalar(Op::Mul, V(p), 0.5, V(p), s);
+  tb.with_scalar(Op::Mul, V(g), 2, V(t), s);  // shares nothing with p yet, but p reads t below
+  tb.binary(Op::Add, V(p), V(t), V(p), s);
+  tb.binary(Op::Add, V(q), V(h), V(q), s);   // the next parameter: another component
+  tb.with_scalar(Op::Mul, V(q), 0.5, V(q), s);
+  auto plan = tb.run();
+  ASSERT_EQ(plan.regions.size(), 2u);
+  EXPECT_EQ(plan.regions[0].num_ops, 3);
+  EXPECT_EQ(plan.regions[0].ended_by, "no shared data");
+  EXPECT_EQ(plan.regions[1].num_ops, 2);
+}
