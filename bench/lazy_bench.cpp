@@ -135,3 +135,45 @@ void BM_Compile(benchmark::State& state) {
 BENCHMARK(BM_Compile)->Arg(1)->Arg(8)->Arg(32)->Arg(64)->Unit(benchmark::kMillisecond);
 
 }  // namespace
+
+namespace {
+
+// The 8-op pointwise chain of bench/workloads.py (x*1.5+0.25, sin, *x, exp,
+// -0.5, tanh, *2) as one compiled kernel over 4M floats, run on the calling
+// thread only: the kernel's own speed, without the queue, the pool or Python.
+// The argument's bits switch the math parts on (1: sin, 2: exp, 4: tanh), so
+// /0 is the memory-bound frame and /7 the whole chain.
+void BM_FusedChainKernel(benchmark::State& state) {
+  const int variant = static_cast<int>(state.range(0));
+  const int64_t n = int64_t(4) << 20;
+  trace::Trace t;
+  t.buffers.push_back({nullptr, size_t(n) * 4, false, false, nullptr});
+  t.buffers.push_back({nullptr, size_t(n) * 4, true, false, nullptr});
+  trace::TraceOp op;
+  op.name = "chain";
+  op.sizes = {n};
+  const auto f = ir::DType::Float32;
+  auto s = [&](double v) { return op.cast(op.scalar_float(v), f); };
+  int32_t x = op.load(view(0, {n}));
+  int32_t y = op.add_node(ir::Op::Add, f, op.add_node(ir::Op::Mul, f, x, s(1.5)), s(0.25));
+  if (variant & 1) y = op.add_node(ir::Op::Mul, f, op.add_node(ir::Op::Sin, f, y), x);
+  if (variant & 2) y = op.add_node(ir::Op::Sub, f, op.add_node(ir::Op::Exp, f, y), s(0.5));
+  if (variant & 4) y = op.add_node(ir::Op::Mul, f, op.add_node(ir::Op::Tanh, f, y), s(2.0));
+  op.store(view(1, {n}), y);
+  t.ops.push_back(std::move(op));
+  fusion::Plan p = fusion::plan(t, {});
+  const fusion::PlannedKernel& k = p.kernels.at(0);
+  auto obj = codegen::compile(k.kernel, "kiln_bench_chain", {});
+  auto loaded = codegen::load(obj.object, "kiln_bench_chain");
+  std::vector<float> in(n), out(n);
+  for (int64_t i = 0; i < n; ++i) in[i] = static_cast<float>((i % 1000) - 500) / 250.f;
+  void* bufs[] = {in.data(), out.data()};
+  for (auto _ : state) {
+    loaded->fn(bufs, k.ints.data(), k.scalars.data(), 0, n);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() * n * 8);
+}
+BENCHMARK(BM_FusedChainKernel)->DenseRange(0, 7)->Unit(benchmark::kMillisecond);
+
+}  // namespace
