@@ -12,7 +12,7 @@
 
 namespace kiln::fusion {
 
-int64_t RegionBuilder::store_bytes(const StoreRef& s, const trace::TraceOp&) const {
+int64_t RegionBuilder::store_bytes(const StoreRef& s) const {
   int64_t n = ir::dtype_size(s.view.dtype);
   for (size_t d = 0; d < sizes_.size(); ++d) {
     if (s.view.strides[d] != 0) n *= sizes_[d];
@@ -139,9 +139,6 @@ std::optional<PlannedKernel> RegionBuilder::build(const std::vector<bool>& keep)
       scalar_slot[n.arg] = static_cast<int32_t>(k.scalars.size()) - 1;
       n.arg = scalar_slot[n.arg];
     }
-    if (n.op == ir::Op::Index) {
-      throw std::logic_error("kiln fusion: index nodes are not supported after dim merging");
-    }
     k.nodes.push_back(n);
     remap[i] = static_cast<int32_t>(k.nodes.size()) - 1;
   }
@@ -164,12 +161,9 @@ std::optional<PlannedKernel> RegionBuilder::build(const std::vector<bool>& keep)
   for (size_t s = 0; s < scalar_types_.size(); ++s) {
     if (scalar_slot[s] >= 0) out.ints.push_back(scalar_i_[s]);
   }
-  out.work = 1;
+  out.work = 1;  // elements of a pointwise kernel (no reduced dims), rows of a row kernel
   for (const Dim& d : dims) {
     if (!d.reduced) out.work *= d.size;
-  }
-  if (k.reduce_rank == 0) {
-    for (const Dim& d : dims) out.work *= d.reduced ? d.size : 1;
   }
   ir::validate(k);
   return out;

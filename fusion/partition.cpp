@@ -140,9 +140,6 @@ std::string RegionBuilder::try_add(const trace::TraceOp& op, int32_t index, int3
       case ir::Op::ReduceValue:
         n.arg += reduction_base;
         break;
-      case ir::Op::Index:
-        n.arg = (*map)[n.arg];
-        break;
       default:
         break;
     }
@@ -237,7 +234,7 @@ Plan plan(const trace::Trace& trace, const Options& options) {
       const trace::Buffer& b = trace.buffers[s.view.buffer];
       const bool kept = !b.dead || materialize[s.view.buffer];
       keep.push_back(kept);
-      if (!kept) out.bytes_not_written += built[r].store_bytes(s, trace.ops[s.op]);
+      if (!kept) out.bytes_not_written += built[r].store_bytes(s);
     }
     auto k = built[r].build(keep);
     if (k) {

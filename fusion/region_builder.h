@@ -26,7 +26,7 @@ class RegionBuilder {
   Region region(std::string ended_by) const;
   const std::vector<trace::View>& memory_loads() const { return memory_loads_; }
   const std::vector<StoreRef>& stores() const { return stores_; }
-  int64_t store_bytes(const StoreRef& s, const trace::TraceOp& op) const;
+  int64_t store_bytes(const StoreRef& s) const;
 
   // The kernel computing the stores marked in `keep` (nullopt: nothing to compute).
   std::optional<PlannedKernel> build(const std::vector<bool>& keep) const;

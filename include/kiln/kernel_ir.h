@@ -40,7 +40,6 @@ enum class Op : uint8_t {
   Scalar,       // arg: scalar slot (runtime value)
   Constant,     // imm: a structural constant of the lowering (0.5 in GELU), not a user value
   ReduceValue,  // arg: reduction index (its result for the current row)
-  Index,        // arg: dim; the iteration index along that dim (int64)
   // unary
   Cast, Neg, Abs, Not, BitNot, Exp, Exp2, Expm1, Log, Log1p, Log2, Log10, Sqrt, Rsqrt, Reciprocal,
   Sin, Cos, Tan, Tanh, Sinh, Cosh, Asin, Acos, Atan, Asinh, Acosh, Atanh, Erf, Erfc, Sigmoid,

@@ -68,7 +68,6 @@ struct TraceOp {
   int32_t cast(int32_t node, ir::DType t);  // no node when already `t`
   int32_t reduce(ir::ReduceKind kind, ir::DType t, int32_t value);
   void store(View v, int32_t value);
-  int64_t numel() const;
 };
 
 struct Trace {

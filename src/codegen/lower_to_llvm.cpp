@@ -77,11 +77,10 @@ class Lowering {
   }
 
  private:
-  // Per loop body: element offset of every access, the index along every dim,
-  // and the values already computed there.
+  // Per loop body: element offset of every access and the values already
+  // computed there.
   struct Scope {
     std::vector<Value*> offset;  // per access (null: not addressable here)
-    std::vector<Value*> index;   // per dim (null: not available)
     std::vector<Value*> memo;
   };
 
@@ -483,10 +482,6 @@ class Lowering {
       case Op::ReduceValue:
         v = b_.CreateLoad(reg_type(k_.reductions[n.arg].dtype), results_[n.arg]);
         break;
-      case Op::Index:
-        if (!s.index[n.arg]) throw std::runtime_error("kiln codegen: index of a dim not iterated here");
-        v = s.index[n.arg];
-        break;
       case Op::Cast: v = cast(in(0), in_dtype(0), n.dtype); break;
       case Op::Where: v = b_.CreateSelect(in(0), in(1), in(2)); break;
       case Op::Fma:
@@ -566,7 +561,6 @@ class Lowering {
   Scope new_scope() {
     Scope s;
     s.offset.assign(k_.accesses.size(), nullptr);
-    s.index.assign(k_.rank, nullptr);
     s.memo.assign(k_.nodes.size(), nullptr);
     return s;
   }
@@ -601,8 +595,6 @@ class Lowering {
       for (size_t a = 0; a < k_.accesses.size(); ++a) {
         s.offset[a] = b_.CreateAdd(row_base[a], b_.CreateMul(j, strides_[a][R - 1]));
       }
-      for (int d = 0; d < R - 1; ++d) s.index[d] = c[d];
-      s.index[R - 1] = b_.CreateAdd(start, j);
       store_all(stores_where(false), s);
     });
     i->addIncoming(b_.CreateAdd(i, count), b_.GetInsertBlock());
@@ -612,13 +604,11 @@ class Lowering {
 
   // Loops over the reduced dims [K0, R) of one row; body gets a scope with
   // every access's element offset and the running linear index in the row.
-  void reduced_loops(const std::vector<Value*>& outer, const std::vector<Value*>& row_base,
+  void reduced_loops(const std::vector<Value*>& row_base,
                      const std::function<void(Scope&, Value*)>& body) {
     const int R = k_.rank, K0 = R - k_.reduce_rank;
-    std::vector<Value*> idx(outer);
     std::function<void(int, std::vector<Value*>, Value*)> nest = [&](int d, std::vector<Value*> base, Value* lin) {
       loop(b_.getInt64(0), sizes_[d], "r" + std::to_string(d), [&](Value* i) {
-        idx[d] = i;
         std::vector<Value*> off;
         for (size_t a = 0; a < k_.accesses.size(); ++a) off.push_back(b_.CreateAdd(base[a], b_.CreateMul(i, strides_[a][d])));
         Value* l = b_.CreateAdd(b_.CreateMul(lin, sizes_[d]), i);
@@ -627,7 +617,6 @@ class Lowering {
         } else {
           Scope s = new_scope();
           s.offset = off;
-          s.index = idx;
           body(s, l);
         }
       });
@@ -664,24 +653,22 @@ class Lowering {
     }
     loop(begin, end, "row", [&](Value* row) {
       std::vector<Value*> outer = coordinates(row, 0, K0);
-      if (K0 == 0) outer.assign(R, nullptr);
       std::vector<Value*> row_base;
       for (size_t a = 0; a < k_.accesses.size(); ++a) row_base.push_back(offset_at(static_cast<int>(a), outer, 0, K0, offsets_[a]));
-      for (size_t ri = 0; ri < k_.reductions.size(); ++ri) emit_reduction(static_cast<int>(ri), outer, row_base);
+      for (size_t ri = 0; ri < k_.reductions.size(); ++ri) emit_reduction(static_cast<int>(ri), row_base);
       const std::vector<const ir::Store*> element_stores = stores_where(false);
       if (!element_stores.empty()) {
-        reduced_loops(outer, row_base, [&](Scope& s, Value*) { store_all(element_stores, s); });
+        reduced_loops(row_base, [&](Scope& s, Value*) { store_all(element_stores, s); });
       }
       Scope rs = new_scope();
       for (size_t a = 0; a < k_.accesses.size(); ++a) {
         if (k_.accesses[a].row_invariant) rs.offset[a] = row_base[a];
       }
-      for (int d = 0; d < K0; ++d) rs.index[d] = outer[d];
       store_all(stores_where(true), rs);
     });
   }
 
-  void emit_reduction(int ri, const std::vector<Value*>& outer, const std::vector<Value*>& row_base) {
+  void emit_reduction(int ri, const std::vector<Value*>& row_base) {
     const ir::Reduction& r = k_.reductions[ri];
     const DType vt = k_.nodes[r.value].dtype;
     const bool f = ir::is_floating(vt);
@@ -699,7 +686,7 @@ class Lowering {
         init = is_unsigned(vt) ? llvm::ConstantInt::get(ty, llvm::APInt::getMaxValue(ty->getIntegerBitWidth())) : llvm::ConstantInt::get(ty, llvm::APInt::getSignedMaxValue(ty->getIntegerBitWidth()));
       b_.CreateStore(init, best_[ri]);
     }
-    reduced_loops(outer, row_base, [&](Scope& s, Value* lin) {
+    reduced_loops(row_base, [&](Scope& s, Value* lin) {
       Value* v = value(r.value, s);
       Value* acc = b_.CreateLoad(reg_type(r.dtype), results_[ri]);
       Value* next = nullptr;

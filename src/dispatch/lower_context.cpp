@@ -4,6 +4,7 @@
 #include <ATen/native/TypeProperties.h>
 
 #include <algorithm>
+#include <cstring>
 
 namespace kiln::dispatch {
 
@@ -35,9 +36,11 @@ LowerCtx::LowerCtx(const char* name, const torch::jit::Stack& stack, size_t firs
                    const std::vector<c10::IValue>& outputs, std::vector<bool> fresh)
     : name_(name), stack_(stack), first_(first), outputs_(outputs), fresh_outputs_(std::move(fresh)) {
   op_.name = name;
-  const std::string full(name);
-  const size_t dot = full.find('.');
-  if (dot != std::string::npos) overload_ = full.substr(dot + 1);
+}
+
+std::string LowerCtx::overload() const {
+  const char* dot = std::strchr(name_, '.');
+  return dot ? std::string(dot + 1) : std::string();
 }
 
 const at::Tensor& LowerCtx::tensor(size_t i) const {

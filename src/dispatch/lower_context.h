@@ -28,7 +28,7 @@ class LowerCtx {
            std::vector<bool> fresh);
 
   // ---- arguments
-  const std::string& overload() const { return overload_; }  // "dim_int" of aten::prod.dim_int
+  std::string overload() const;  // "dim_int" of aten::prod.dim_int
   size_t num_args() const { return stack_.size() - first_; }
   const c10::IValue& arg(size_t i) const { return stack_[first_ + i]; }
   bool present(size_t i) const { return i < num_args() && !arg(i).isNone(); }
@@ -69,7 +69,6 @@ class LowerCtx {
   trace::View view_of(const at::Tensor& t, bool output);
 
   const char* name_;
-  std::string overload_;
   const torch::jit::Stack& stack_;
   size_t first_;
   const std::vector<c10::IValue>& outputs_;

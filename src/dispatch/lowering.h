@@ -15,7 +15,4 @@ using LoweringFn = void (*)(LowerCtx& ctx);
 // not traceable. Functional, in-place and out= overloads share one.
 LoweringFn find_lowering(const std::string& op_name);
 
-// Every op family the table lowers (docs and tests).
-std::vector<std::string> lowered_families();
-
 }  // namespace kiln::dispatch

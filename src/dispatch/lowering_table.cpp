@@ -358,7 +358,7 @@ void sum(LowerCtx& c) {
 
 void prod(LowerCtx& c) {
   // prod(self, *, dtype) and prod.out(self, *, dtype, out) have no dim; prod.dim_int and prod.int_out do.
-  const std::string& overload = c.overload();
+  const std::string overload = c.overload();
   const bool has_dim = overload == "dim_int" || overload == "int_out";
   c.reduction_space(0, has_dim ? std::vector<int64_t>{c.arg(1).toInt()} : std::vector<int64_t>{});
   DType acc = exact_accumulator(c);
@@ -622,12 +622,6 @@ std::string family(const std::string& qualified) {
 LoweringFn find_lowering(const std::string& op_name) {
   auto it = table().find(family(op_name));
   return it == table().end() ? nullptr : it->second;
-}
-
-std::vector<std::string> lowered_families() {
-  std::vector<std::string> out;
-  for (const auto& [name, fn] : table()) out.push_back(name);
-  return out;
 }
 
 }  // namespace kiln::dispatch

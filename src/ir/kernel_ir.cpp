@@ -51,7 +51,7 @@ struct OpInfo {
   int arity;
 };
 constexpr OpInfo kOps[] = {
-    {"load", 0},    {"scalar", 0}, {"const", 0},  {"reduced", 0}, {"index", 0},
+    {"load", 0},    {"scalar", 0}, {"const", 0},  {"reduced", 0},
     {"cast", 1},    {"neg", 1},    {"abs", 1},    {"not", 1},     {"bitnot", 1},  {"exp", 1},
     {"exp2", 1},    {"expm1", 1},  {"log", 1},    {"log1p", 1},   {"log2", 1},    {"log10", 1},
     {"sqrt", 1},    {"rsqrt", 1},  {"recip", 1},  {"sin", 1},     {"cos", 1},     {"tan", 1},
@@ -97,7 +97,6 @@ std::vector<bool> row_level_nodes(const Kernel& k) {
     const Node& n = k.nodes[i];
     bool r = true;
     if (n.op == Op::Load) r = k.accesses[n.arg].row_invariant;
-    else if (n.op == Op::Index) r = n.arg < k.rank - k.reduce_rank;
     for (int j = 0; j < op_arity(n.op); ++j) r = r && row[n.in[j]];
     row[i] = r;
   }
@@ -130,9 +129,6 @@ void validate(const Kernel& k) {
         break;
       case Op::ReduceValue:
         if (n.arg < 0 || n.arg >= static_cast<int32_t>(k.reductions.size())) invalid("missing reduction");
-        break;
-      case Op::Index:
-        if (n.arg < 0 || n.arg >= k.rank || n.dtype != DType::Int64) invalid("bad index node");
         break;
       case Op::Cast:
       case Op::Constant:
@@ -205,7 +201,6 @@ std::string to_text(const Kernel& k) {
       case Op::Load: os << " a" << n.arg; break;
       case Op::Scalar: os << " s" << n.arg; break;
       case Op::ReduceValue: os << " r" << n.arg; break;
-      case Op::Index: os << " dim" << n.arg; break;
       case Op::Constant: os << " " << n.imm; break;
       default: break;
     }

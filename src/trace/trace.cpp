@@ -51,12 +51,6 @@ void TraceOp::store(View v, int32_t value) {
   stores.push_back({std::move(v), stored});
 }
 
-int64_t TraceOp::numel() const {
-  int64_t n = 1;
-  for (int64_t s : sizes) n *= s;
-  return n;
-}
-
 int32_t Recorder::buffer(void* base, size_t nbytes, bool fresh, const std::shared_ptr<void>& keepalive) {
   auto it = live_.find(base);
   if (it != live_.end()) {
