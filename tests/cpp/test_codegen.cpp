@@ -276,3 +276,59 @@ TEST(Codegen, OwnMathFunctionsHandleTheEdges) {
     }
   }
 }
+
+namespace {
+
+// sin or cos of `xs` through one kernel; `in_place` stores into the input's buffer.
+std::vector<float> run_sincos(Op op, std::vector<float> xs, bool in_place) {
+  test::KernelBuilder b(1);
+  int x = b.access(DType::Float32, ir::Inner::Contiguous);
+  int out = in_place ? x : b.access(DType::Float32, ir::Inner::Contiguous);
+  b.store(out, b.node(op, DType::Float32, b.load(x)));
+  Compiled run(b.k);
+  std::vector<float> outs(xs.size());
+  const int64_t n = static_cast<int64_t>(xs.size());
+  std::vector<int64_t> ints = in_place ? std::vector<int64_t>{n, 0, 1} : std::vector<int64_t>{n, 0, 1, 0, 1};
+  run(in_place ? std::vector<void*>{xs.data()} : std::vector<void*>{xs.data(), outs.data()}, ints, {}, 0, n);
+  return in_place ? xs : outs;
+}
+
+void expect_libm_sincos(Op op, const std::vector<float>& xs, const std::vector<float>& got, const char* what) {
+  for (size_t i = 0; i < xs.size(); ++i) {
+    const double want = op == Op::Sin ? std::sin(double(xs[i])) : std::cos(double(xs[i]));
+    ASSERT_NEAR(got[i], want, 2.5e-7 * std::fabs(want) + 1e-12) << what << ": " << ir::op_name(op) << " at " << xs[i];
+  }
+}
+
+}  // namespace
+
+// Arguments up to 8192 take the float-only reduction: it must be as accurate
+// as the double one, including next to multiples of pi/2 where sin or cos
+// nearly cancels.
+TEST(Codegen, FloatSinCosReductionIsAccurateUpToItsLimit) {
+  std::vector<float> xs;
+  for (int k = -5215; k <= 5215; k += 7) {
+    const float near = static_cast<float>(k * 1.57079632679489661923);
+    xs.push_back(near);
+    xs.push_back(std::nextafter(near, 1e9f));
+  }
+  for (int i = 0; i < 4000; ++i) xs.push_back(-8192.f + 4.096f * i);
+  for (Op op : {Op::Sin, Op::Cos}) expect_libm_sincos(op, xs, run_sincos(op, xs, false), "small arguments");
+}
+
+// One argument beyond the limit (or an infinity) sends the whole run to the
+// double path; an in-place kernel cannot run twice and takes it directly.
+TEST(Codegen, SinCosBeyondTheFloatLimitFallsBackExactly) {
+  std::vector<float> xs;
+  for (int i = 0; i < 300; ++i) xs.push_back(0.37f * i - 50.f);
+  for (int j = 0; j < 12; ++j) xs[20 * j + 7] = (j % 2 ? -1.f : 1.f) * (8193.f + 9973.f * j * j * j);  // every quadrant
+  for (Op op : {Op::Sin, Op::Cos}) {
+    expect_libm_sincos(op, xs, run_sincos(op, xs, false), "rerun");
+    expect_libm_sincos(op, xs, run_sincos(op, xs, true), "in place");
+  }
+  std::vector<float> with_inf = {0.5f, std::numeric_limits<float>::infinity(), 2.f};
+  std::vector<float> got = run_sincos(Op::Sin, with_inf, false);
+  EXPECT_TRUE(std::isnan(got[1]));
+  EXPECT_NEAR(got[0], std::sin(0.5), 1e-7);
+  EXPECT_NEAR(got[2], std::sin(2.0), 1e-7);
+}
