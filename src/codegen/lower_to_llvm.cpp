@@ -84,8 +84,16 @@ class Lowering {
     std::vector<Value*> memo;
   };
 
-  Value* int_arg(int i) {
-    return b_.CreateLoad(i64_, b_.CreateConstInBoundsGEP1_64(i64_, ints_, i));
+  Value* int_arg(int i) { return launch_arg(i64_, ints_, i); }
+
+  // The launch's ints and scalars never change while a kernel runs. Saying
+  // so lets LLVM hoist a scalar read inside a loop and keeps the vectorizer
+  // from guarding the loop with runtime overlap checks against the stores
+  // (and a scalar copy of the loop for when they fail).
+  Value* launch_arg(llvm::Type* ty, Value* array, int i) {
+    auto* load = b_.CreateLoad(ty, b_.CreateConstInBoundsGEP1_64(ty, array, i));
+    load->setMetadata(llvm::LLVMContext::MD_invariant_load, llvm::MDNode::get(ctx_, {}));
+    return load;
   }
   // Innermost strides the IR fixes are constants, so the vectorizer sees them.
   Value* stride(int a, int d) {
@@ -335,7 +343,7 @@ class Lowering {
   // as fast: no conversions, half-width vectors. Arguments beyond the limit
   // (and infinities) set the flag, and the caller reruns the loop on the
   // double path.
-  static constexpr double kSmallSinLimit = 8192;
+  static constexpr double kSmallSinLimit = 65536;
   Value* sincos_f32_small(Value* x, bool cosine) {
     llvm::Type* f32 = x->getType();
     auto k = [&](double v) { return fconst(f32, v); };
@@ -495,7 +503,7 @@ class Lowering {
       }
       case Op::Scalar:
         if (ir::is_floating(n.dtype)) {
-          Value* d = b_.CreateLoad(b_.getDoubleTy(), b_.CreateConstInBoundsGEP1_64(b_.getDoubleTy(), scalars_, n.arg));
+          Value* d = launch_arg(b_.getDoubleTy(), scalars_, n.arg);
           v = cast(d, DType::Float64, n.dtype);
         } else {
           v = cast(int_arg(k_.int_scalar_index(n.arg)), DType::Int64, n.dtype);
@@ -545,14 +553,20 @@ class Lowering {
 
   // ------------------------------------------------------------ loops
 
+  // How an innermost loop asks to be vectorized.
+  //  Auto: as LLVM sees fit (loops with a reduction: a width hint would also
+  //    let the vectorizer reorder a float sum, LoopVectorizeHints::
+  //    allowReordering, which eager's summation order forbids).
+  //  Wide: fill a 512-bit register with the kernel's widest element type.
+  //    Left to itself LLVM often picks 8 floats when a math function widens
+  //    to double inside (sin's exact reduction), which halves the throughput
+  //    of compute-bound chains (measured 15 -> 10 ms on the benchmark chain).
+  //  Scalar: not vectorized (a rarely taken path, not worth its compile time).
+  enum class Vectorize { Auto, Wide, Scalar };
+
   // for (i = lo; i < hi; ++i) body(i). Leaves the builder after the loop.
-  // Innermost loops without a reduction tell the vectorizer to fill a 512-bit
-  // register with the kernel's widest element type. Left to itself it often
-  // picks 8 floats when a math function widens to double inside (sin's exact
-  // reduction), which halves the throughput of compute-bound chains
-  // (measured 15 -> 10 ms on the benchmark chain).
   void loop(Value* lo, Value* hi, const std::string& name, const std::function<void(Value*)>& body,
-            bool width_hint = false) {
+            Vectorize vectorize = Vectorize::Auto) {
     auto* pre = b_.GetInsertBlock();
     auto* head = llvm::BasicBlock::Create(ctx_, name + ".head", fn_);
     auto* bodyb = llvm::BasicBlock::Create(ctx_, name + ".body", fn_);
@@ -567,21 +581,32 @@ class Lowering {
     Value* next = b_.CreateAdd(i, b_.getInt64(1), name + ".next", /*HasNUW=*/true, /*HasNSW=*/true);
     i->addIncoming(next, b_.GetInsertBlock());
     auto* latch = b_.CreateBr(head);
-    if (width_hint) latch->setMetadata(llvm::LLVMContext::MD_loop, vector_width_hint());
+    if (vectorize != Vectorize::Auto) latch->setMetadata(llvm::LLVMContext::MD_loop, loop_hints(vectorize));
     b_.SetInsertPoint(exit);
   }
 
-  llvm::MDNode* vector_width_hint() {
-    unsigned widest = 32;
+  llvm::MDNode* loop_hints(Vectorize vectorize) {
+    auto hint = [&](const char* name, llvm::Constant* value) {
+      return llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, name), llvm::ConstantAsMetadata::get(value)});
+    };
+    llvm::SmallVector<llvm::Metadata*, 3> ops{nullptr};  // loop IDs refer to themselves
+    if (vectorize == Vectorize::Scalar) {
+      ops.push_back(hint("llvm.loop.vectorize.enable", b_.getFalse()));
+    } else {
+      ops.push_back(hint("llvm.loop.vectorize.width", b_.getInt32(vector_width())));
+    }
+    auto* node = llvm::MDNode::getDistinct(ctx_, ops);
+    node->replaceOperandWith(0, node);
+    return node;
+  }
+
+  int vector_width() const {
+    int widest = 32;
     for (const ir::Node& n : k_.nodes) {
       if (n.op == Op::Scalar) continue;  // loop-invariant: a double learning rate does not halve the width
       if (n.dtype == DType::Int64 || n.dtype == DType::Float64) widest = 64;
     }
-    auto* width = llvm::MDNode::get(ctx_, {llvm::MDString::get(ctx_, "llvm.loop.vectorize.width"),
-                                           llvm::ConstantAsMetadata::get(b_.getInt32(512 / widest))});
-    auto* node = llvm::MDNode::getDistinct(ctx_, {nullptr, width});
-    node->replaceOperandWith(0, node);  // loop IDs refer to themselves
-    return node;
+    return 512 / widest;
   }
 
   // Splits a linear index over dims [first, last) into coordinates (row-major).
@@ -639,30 +664,32 @@ class Lowering {
       Value* off = offset_at(static_cast<int>(a), c, 0, R - 1, offsets_[a]);
       row_base.push_back(b_.CreateAdd(off, b_.CreateMul(start, strides_[a][R - 1])));
     }
-    auto run = [&](const char* name) {
-      loop(b_.getInt64(0), count, name, [&](Value* j) {
+    auto run = [&](const char* name, Value* from, Value* to, Vectorize vectorize) {
+      loop(from, to, name, [&](Value* j) {
         Scope s = new_scope();
         for (size_t a = 0; a < k_.accesses.size(); ++a) {
           s.offset[a] = b_.CreateAdd(row_base[a], b_.CreateMul(j, strides_[a][R - 1]));
         }
         store_all(stores_where(false), s);
-      }, /*width_hint=*/true);
+      }, vectorize);
     };
     if (out_of_range == nullptr) {
-      run("j");
+      run("j", b_.getInt64(0), count, Vectorize::Wide);
     } else {
       // Optimistic: the run with float-only sin/cos; if any argument was out
-      // of its range, the run again on the exact path (it rewrites every
-      // element; nothing it reads was written, see may_rerun()).
+      // of its range, all of it again through the exact loop (nothing the
+      // first loop stored is read again, see may_rerun()). The exact loop
+      // stays scalar: it runs only for huge arguments, and a second
+      // vectorized copy of the chain cost a quarter of the compile time.
       b_.CreateStore(b_.getFalse(), out_of_range);
       sincos_out_of_range_ = out_of_range;
-      run("j.small");
+      run("j.small", b_.getInt64(0), count, Vectorize::Wide);
       sincos_out_of_range_ = nullptr;
       auto* exact = llvm::BasicBlock::Create(ctx_, "run.exact", fn_);
       auto* done = llvm::BasicBlock::Create(ctx_, "run.done", fn_);
       b_.CreateCondBr(b_.CreateLoad(b_.getInt1Ty(), out_of_range), exact, done);
       b_.SetInsertPoint(exact);
-      run("j");
+      run("j", b_.getInt64(0), count, Vectorize::Scalar);
       b_.CreateBr(done);
       b_.SetInsertPoint(done);
     }
@@ -691,11 +718,8 @@ class Lowering {
 
   // Loops over the reduced dims [K0, R) of one row; body gets a scope with
   // every access's element offset and the running linear index in the row.
-  // `width_hint`: only for loops without a reduction. A width hint also lets
-  // the vectorizer reorder a float reduction (LoopVectorizeHints::
-  // allowReordering), which eager's summation order forbids.
   void reduced_loops(const std::vector<Value*>& row_base,
-                     const std::function<void(Scope&, Value*)>& body, bool width_hint) {
+                     const std::function<void(Scope&, Value*)>& body, Vectorize innermost) {
     const int R = k_.rank, K0 = R - k_.reduce_rank;
     std::function<void(int, std::vector<Value*>, Value*)> nest = [&](int d, std::vector<Value*> base, Value* lin) {
       loop(b_.getInt64(0), sizes_[d], "r" + std::to_string(d), [&](Value* i) {
@@ -709,7 +733,7 @@ class Lowering {
           s.offset = off;
           body(s, l);
         }
-      }, /*width_hint=*/width_hint && d + 1 == R);
+      }, d + 1 == R ? innermost : Vectorize::Auto);
     };
     nest(K0, row_base, b_.getInt64(0));
   }
@@ -748,7 +772,7 @@ class Lowering {
       for (size_t ri = 0; ri < k_.reductions.size(); ++ri) emit_reduction(static_cast<int>(ri), row_base);
       const std::vector<const ir::Store*> element_stores = stores_where(false);
       if (!element_stores.empty()) {
-        reduced_loops(row_base, [&](Scope& s, Value*) { store_all(element_stores, s); }, /*width_hint=*/true);
+        reduced_loops(row_base, [&](Scope& s, Value*) { store_all(element_stores, s); }, Vectorize::Wide);
       }
       Scope rs = new_scope();
       for (size_t a = 0; a < k_.accesses.size(); ++a) {
@@ -805,7 +829,7 @@ class Lowering {
         }
       }
       b_.CreateStore(next, results_[ri]);
-    }, /*width_hint=*/false);
+    }, Vectorize::Auto);
   }
 
   const ir::Kernel& k_;

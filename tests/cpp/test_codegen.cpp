@@ -302,17 +302,18 @@ void expect_libm_sincos(Op op, const std::vector<float>& xs, const std::vector<f
 
 }  // namespace
 
-// Arguments up to 8192 take the float-only reduction: it must be as accurate
-// as the double one, including next to multiples of pi/2 where sin or cos
-// nearly cancels.
+// Arguments up to 65536 take the float-only reduction: it must be as
+// accurate as the double one, including next to multiples of pi/2 where sin
+// or cos nearly cancels, and at the limit.
 TEST(Codegen, FloatSinCosReductionIsAccurateUpToItsLimit) {
   std::vector<float> xs;
-  for (int k = -5215; k <= 5215; k += 7) {
+  for (int k = -41721; k <= 41721; k += 13) {
     const float near = static_cast<float>(k * 1.57079632679489661923);
     xs.push_back(near);
     xs.push_back(std::nextafter(near, 1e9f));
+    xs.push_back(std::nextafter(near, -1e9f));
   }
-  for (int i = 0; i < 4000; ++i) xs.push_back(-8192.f + 4.096f * i);
+  for (int i = 0; i <= 20000; ++i) xs.push_back(-65536.f + 6.5536f * i);
   for (Op op : {Op::Sin, Op::Cos}) expect_libm_sincos(op, xs, run_sincos(op, xs, false), "small arguments");
 }
 
@@ -321,7 +322,7 @@ TEST(Codegen, FloatSinCosReductionIsAccurateUpToItsLimit) {
 TEST(Codegen, SinCosBeyondTheFloatLimitFallsBackExactly) {
   std::vector<float> xs;
   for (int i = 0; i < 300; ++i) xs.push_back(0.37f * i - 50.f);
-  for (int j = 0; j < 12; ++j) xs[20 * j + 7] = (j % 2 ? -1.f : 1.f) * (8193.f + 9973.f * j * j * j);  // every quadrant
+  for (int j = 0; j < 12; ++j) xs[20 * j + 7] = (j % 2 ? -1.f : 1.f) * (65537.f + 99991.f * j * j * j);  // every quadrant
   for (Op op : {Op::Sin, Op::Cos}) {
     expect_libm_sincos(op, xs, run_sincos(op, xs, false), "rerun");
     expect_libm_sincos(op, xs, run_sincos(op, xs, true), "in place");
