@@ -192,9 +192,10 @@ CompiledObject compile(const ir::Kernel& kernel, const std::string& symbol, cons
   const auto start = std::chrono::steady_clock::now();
   llvm::TargetMachine& tm = thread_target_machine();
   llvm::LLVMContext ctx;
-  // Remarks ("loop not vectorized" where a width hint cannot apply, as for an
-  // ordered float sum) are expected and dropped; errors are kept and thrown
-  // after the stage that reported them (never thrown through LLVM's frames).
+  // Remarks ("loop not vectorized" where a width hint cannot apply, as in a
+  // loop calling libm's erfcf) are expected and dropped instead of printed;
+  // errors are kept and thrown after the stage that reported them (never
+  // thrown through LLVM's frames).
   std::string llvm_error;
   ctx.setDiagnosticHandlerCallBack(
       [](const llvm::DiagnosticInfo* info, void* context) {
