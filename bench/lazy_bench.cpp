@@ -111,6 +111,16 @@ void BM_Partition(benchmark::State& state) {
 }
 BENCHMARK(BM_Partition)->Arg(100)->Arg(1000)->Unit(benchmark::kMicrosecond);
 
+// What a flush of a known trace structure pays instead of partitioning: the
+// plan signature and its hash (compare BM_Partition at the same size).
+void BM_PlanSignature(benchmark::State& state) {
+  trace::Trace t = make_trace(static_cast<int>(state.range(0)));
+  const std::string fingerprint = codegen::environment_fingerprint({});
+  for (auto _ : state) benchmark::DoNotOptimize(cache::make_key(fusion::plan_signature(t, {}), fingerprint));
+  state.SetItemsProcessed(state.iterations() * state.range(0));
+}
+BENCHMARK(BM_PlanSignature)->Arg(100)->Arg(1000)->Unit(benchmark::kMicrosecond);
+
 // Compile time of a pointwise region of N ops (IR -> optimized object), by N.
 void BM_Compile(benchmark::State& state) {
   trace::Trace region;

@@ -136,6 +136,7 @@ std::optional<PlannedKernel> RegionBuilder::build(const std::vector<bool>& keep)
     if (n.op == ir::Op::Scalar) {
       k.scalars.push_back(scalar_types_[n.arg]);
       out.scalars.push_back(scalar_f_[n.arg]);
+      out.scalar_refs.push_back(scalar_refs_[n.arg]);
       scalar_slot[n.arg] = static_cast<int32_t>(k.scalars.size()) - 1;
       n.arg = scalar_slot[n.arg];
     }

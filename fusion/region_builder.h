@@ -48,6 +48,7 @@ class RegionBuilder {
   std::vector<ir::DType> scalar_types_;
   std::vector<double> scalar_f_;
   std::vector<int64_t> scalar_i_;
+  std::vector<PlannedKernel::ScalarRef> scalar_refs_;
   std::vector<ir::Reduction> reductions_;
   std::vector<StoreRef> stores_;
 };

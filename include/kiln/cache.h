@@ -25,6 +25,11 @@ struct Key {
   std::string hex() const;  // 32 hex digits, high word first
 };
 
+// For hash maps keyed by Key: its bits are already a good hash.
+struct KeyHash {
+  size_t operator()(const Key& k) const { return static_cast<size_t>(k.low); }
+};
+
 Key make_key(std::string_view kernel_bytes, std::string_view fingerprint);
 
 struct Entry {
@@ -43,9 +48,6 @@ class MemoryCache {
   void clear();
 
  private:
-  struct KeyHash {
-    size_t operator()(const Key& k) const { return static_cast<size_t>(k.low); }
-  };
   struct Slot;
   mutable std::mutex mu_;
   std::unordered_map<Key, std::shared_ptr<Slot>, KeyHash> slots_;

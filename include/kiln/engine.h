@@ -1,6 +1,7 @@
 // The flush pipeline, the one place that knows its order:
-//   micro-trace -> fusion (regions) -> Kernel IR -> key -> cache hit, or
-//   compile and load -> launch on the device queue.
+//   micro-trace -> plan signature -> a reused plan (bind its scalars), or
+//   fusion (regions) -> Kernel IR -> key -> cache hit, or compile and load
+//   -> launch on the device queue.
 // No torch: the dispatch layer records traces and calls flush() at sync points.
 #pragma once
 

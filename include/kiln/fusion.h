@@ -47,6 +47,13 @@ struct PlannedKernel {
   std::vector<double> scalars;      // LaunchArgs::scalars
   int64_t work = 0;                 // elements (pointwise) or rows (row kernel)
   int32_t region = 0;
+  // Where each kernel scalar slot's value comes from (trace.ops[op].scalar_f /
+  // scalar_i [index]): a plan reused for a trace of the same structure takes
+  // the new trace's values (bind_scalars).
+  struct ScalarRef {
+    int32_t op = 0, index = 0;
+  };
+  std::vector<ScalarRef> scalar_refs;
 };
 
 struct Plan {
@@ -57,5 +64,15 @@ struct Plan {
 };
 
 Plan plan(const trace::Trace& trace, const Options& options);
+
+// Everything plan() reads, except the values of scalars: two traces with the
+// same signature (and options) get the same plan, up to bind_scalars. The
+// engine hashes it to reuse plans across flushes of a steady-state loop.
+std::string plan_signature(const trace::Trace& trace, const Options& options);
+
+// `ints` and `scalars` start as copies of the kernel's; the scalar slots get
+// the values of `trace`, a trace with the signature the plan was made for.
+void bind_scalars(const PlannedKernel& kernel, const trace::Trace& trace, std::vector<int64_t>& ints,
+                  std::vector<double>& scalars);
 
 }  // namespace kiln::fusion

@@ -20,7 +20,8 @@ enum class Counter {
   Regions,         // fused regions, by size bucket ("1 op", "2-3 ops", ...): a histogram
   Compiles,        // kernels compiled by LLVM, by kind (pointwise, row)
   CompileTime,     // compile time in microseconds: total_us, max_us
-  ExecutableCache, // executable lookups: hit, miss
+  ExecutableCache, // executables a flush needed: hit (also every kernel of a reused plan), miss
+  PlanCache,       // flush plans: hit (reused for a trace of the same structure), miss
   ExecutableLaunches,  // compiled kernels launched, by kind
   BytesNotWritten, // bytes fusion did not store (dead intermediates)
 };
@@ -42,7 +43,7 @@ class Metrics {
 
  private:
   using Table = std::map<std::string, int64_t, std::less<>>;
-  static constexpr int kCounters = 13;
+  static constexpr int kCounters = 14;
   mutable std::mutex mu_;
   Table tables_[kCounters];
 };

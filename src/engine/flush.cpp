@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "engine/compiled_executable.h"
+#include "engine/plan_cache.h"
 #include "kiln/engine.h"
 #include "kiln/metrics.h"
 
@@ -120,7 +121,18 @@ void flush(runtime::Device& dev, trace::Trace trace, std::string_view reason) {
   if (trace.empty()) return;
   Metrics& metrics = Metrics::global();
   metrics.add(Counter::TraceFlushes, reason);
-  fusion::Plan plan = fusion::plan(trace, g_options.fusion);
+  const cache::Key plan_key = cache::make_key(fusion::plan_signature(trace, g_options.fusion), fingerprint());
+  std::shared_ptr<const PreparedPlan> reused = plan_cache().find(plan_key);
+  metrics.add(Counter::PlanCache, reused ? "hit" : "miss");
+  std::shared_ptr<PreparedPlan> fresh;
+  if (!reused) {
+    fresh = std::make_shared<PreparedPlan>();
+    fresh->plan = fusion::plan(trace, g_options.fusion);
+    fresh->entries.resize(fresh->plan.kernels.size());
+    fresh->names.resize(fresh->plan.kernels.size());
+  }
+  const PreparedPlan& prepared = reused ? *reused : *fresh;
+  const fusion::Plan& plan = prepared.plan;
   std::vector<bool> has_kernel(plan.regions.size(), false);
   for (const auto& k : plan.kernels) has_kernel[k.region] = true;
   for (size_t r = 0; r < plan.regions.size(); ++r) {
@@ -145,23 +157,30 @@ void flush(runtime::Device& dev, trace::Trace trace, std::string_view reason) {
     base[b] = scratch.back();
   }
 
-  for (const auto& pk : plan.kernels) {
+  for (size_t i = 0; i < plan.kernels.size(); ++i) {
+    const fusion::PlannedKernel& pk = plan.kernels[i];
     if (pk.work == 0) continue;  // an empty space: nothing to compile or run
-    const cache::Key key = cache::make_key(ir::serialize(pk.kernel), fingerprint());
-    const std::string name = "kiln_" + key.hex();
-    bool hit = false;
-    auto entry = executable_cache().get_or_build(key, [&] { return build(pk, name); }, &hit);
-    metrics.add(Counter::ExecutableCache, hit ? "hit" : "miss");
     runtime::LaunchArgs args;
     for (int32_t id : pk.buffer_ids) args.buffers.push_back(base[id]);
     args.ints = pk.ints;
     args.scalars = pk.scalars;
+    if (reused) {
+      fusion::bind_scalars(pk, trace, args.ints, args.scalars);  // this trace's learning rate, step, ...
+      metrics.add(Counter::ExecutableCache, "hit");
+    } else {
+      const cache::Key key = cache::make_key(ir::serialize(pk.kernel), fingerprint());
+      fresh->names[i] = "kiln_" + key.hex();
+      bool hit = false;
+      fresh->entries[i] = executable_cache().get_or_build(key, [&] { return build(pk, fresh->names[i]); }, &hit);
+      metrics.add(Counter::ExecutableCache, hit ? "hit" : "miss");
+    }
     metrics.add(Counter::Launches, "fused kernel");
     metrics.add(Counter::ExecutableLaunches, pk.kernel.reduce_rank ? "row" : "pointwise");
     // Submitted without waiting even with KILN_LAUNCH_BLOCKING: the caller
     // holds the device's recorder and waits once it has let go of it.
-    dev.queue().submit(name, [exe = entry->executable, args = std::move(args)] { exe->run(args); });
+    dev.queue().submit(prepared.names[i], [exe = prepared.entries[i]->executable, args = std::move(args)] { exe->run(args); });
   }
+  if (fresh) plan_cache().insert(plan_key, std::move(fresh));  // only once every kernel compiled
   // `trace` goes out of scope here: its keepalives let go of buffers whose
   // owners are gone, and their frees queue up behind the launches above.
 }

@@ -25,6 +25,7 @@ const char* Metrics::counter_name(Counter counter) {
     case Counter::Compiles: return "kernels_compiled";
     case Counter::CompileTime: return "compile_time";
     case Counter::ExecutableCache: return "executable_cache";
+    case Counter::PlanCache: return "plan_cache";
     case Counter::ExecutableLaunches: return "executable_launches";
     case Counter::BytesNotWritten: return "bytes_not_written";
   }

@@ -50,10 +50,12 @@ TEST(Engine, FlushCompilesOnceAndLaunchesOnTheQueue) {
   engine::flush(dev, axpb(x, y, n, 2.0), "test");
   dev.synchronize();
   for (int64_t i = 0; i < n; i += 997) ASSERT_EQ(y[i], x[i] * 2.f + 1.f);
-  engine::flush(dev, axpb(x, y, n, -3.0), "test");  // a new scalar: same executable
+  engine::flush(dev, axpb(x, y, n, -3.0), "test");  // a new scalar: same plan and executable, its value bound
   dev.synchronize();
   for (int64_t i = 0; i < n; i += 997) ASSERT_EQ(y[i], x[i] * -3.f + 1.f);
   EXPECT_EQ(Metrics::global().get(Counter::ExecutableCache, "hit"), 1);
+  EXPECT_EQ(Metrics::global().get(Counter::PlanCache, "miss"), 1);
+  EXPECT_EQ(Metrics::global().get(Counter::PlanCache, "hit"), 1);  // the same structure: planned once
   EXPECT_EQ(Metrics::global().get(Counter::TraceFlushes, "test"), 2);
   EXPECT_EQ(Metrics::global().get(Counter::ExecutableLaunches, "pointwise"), 2);
   dev.free(x);

@@ -145,6 +145,18 @@ def test_a_new_scalar_or_batch_size_compiles_nothing():
     assert c["executable_cache"]["hit"] == 3
 
 
+def test_a_repeated_step_reuses_its_plan_with_the_new_scalars():
+    def step(t, lr):
+        return (t * lr).tanh() + lr
+
+    for i in range(4):
+        kiln.metrics.reset()
+        x = torch.randn(123).to(DEVICE)  # a shape no other test traces
+        lr = 0.1 * (i + 1)
+        torch.testing.assert_close(step(x, lr).cpu(), step(x.cpu(), lr))
+        assert kiln.metrics.counters()["plan_cache"] == ({"miss": 1} if i == 0 else {"hit": 1})
+
+
 def test_untraceable_op_flushes_what_it_needs_first():
     x = torch.randn(8, 8)
     kernels_for(lambda t: (t * 2 + 1) @ (t - 1), x)  # the first call of mm runs on the host (a shape check)

@@ -1,0 +1,54 @@
+// Plans reused across flushes (internal to src/engine): a steady-state loop
+// flushes traces of one structure again and again, so its plans, and the
+// executables their kernels resolved to, are looked up by the hash of
+// fusion::plan_signature instead of being made again.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "kiln/cache.h"
+#include "kiln/fusion.h"
+
+namespace kiln::engine {
+
+// A plan with the executables of its kernels, reused by every later flush of
+// a trace with the same signature: a steady-state loop skips planning and
+// kernel hashing after its first iterations.
+struct PreparedPlan {
+  fusion::Plan plan;
+  std::vector<std::shared_ptr<const cache::Entry>> entries;  // per kernel; null where work == 0
+  std::vector<std::string> names;
+};
+
+class PlanCache {
+ public:
+  // Plenty for the distinct trace structures of a training loop; a workload
+  // of ever new shapes starts over instead of growing without bound.
+  static constexpr size_t kCapacity = 512;
+
+  std::shared_ptr<const PreparedPlan> find(const cache::Key& key) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = plans_.find(key);
+    return it == plans_.end() ? nullptr : it->second;
+  }
+  void insert(const cache::Key& key, std::shared_ptr<const PreparedPlan> plan) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (plans_.size() >= kCapacity) plans_.clear();
+    plans_[key] = std::move(plan);
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::unordered_map<cache::Key, std::shared_ptr<const PreparedPlan>, cache::KeyHash> plans_;
+};
+
+inline PlanCache& plan_cache() {
+  static auto* c = new PlanCache();  // never destroyed, like the executables it holds
+  return *c;
+}
+
+}  // namespace kiln::engine
