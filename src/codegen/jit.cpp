@@ -42,11 +42,14 @@ std::string error_text(llvm::Error e) {
   return os.str();
 }
 
+// Through the option's own parser, as the command line would set it, so a
+// future LLVM that changes the option's type fails here instead of corrupting it.
 void set_bool_option(const char* name, bool value) {
   auto& options = llvm::cl::getRegisteredOptions();
   auto it = options.find(name);
-  if (it == options.end()) throw std::logic_error(std::string("kiln codegen: LLVM has no option ") + name);
-  static_cast<llvm::cl::opt<bool>*>(it->second)->setValue(value);
+  if (it == options.end() || it->second->addOccurrence(0, name, value ? "true" : "false")) {
+    throw std::logic_error(std::string("kiln codegen: cannot set LLVM option ") + name);
+  }
 }
 
 // Compile time is paid at a flush, so the pipeline drops what costs more than

@@ -347,8 +347,9 @@ class Lowering {
   Value* sincos_f32_small(Value* x, bool cosine) {
     llvm::Type* f32 = x->getType();
     auto k = [&](double v) { return fconst(f32, v); };
-    Value* small = b_.CreateFCmpOLE(intrinsic(llvm::Intrinsic::fabs, {x}), k(kSmallSinLimit));
-    Value* big = b_.CreateFCmpOGT(intrinsic(llvm::Intrinsic::fabs, {x}), k(kSmallSinLimit));  // NaN: neither
+    Value* ax = intrinsic(llvm::Intrinsic::fabs, {x});
+    Value* small = b_.CreateFCmpOLE(ax, k(kSmallSinLimit));
+    Value* big = b_.CreateFCmpOGT(ax, k(kSmallSinLimit));  // NaN: neither
     b_.CreateStore(b_.CreateOr(b_.CreateLoad(b_.getInt1Ty(), sincos_out_of_range_), big), sincos_out_of_range_);
     Value* q = intrinsic(llvm::Intrinsic::roundeven, {b_.CreateFMul(x, k(0.63661977236758134308))});
     Value* r = intrinsic(llvm::Intrinsic::fma, {b_.CreateFNeg(q), k(1.5707963705062866), x});

@@ -128,8 +128,7 @@ void flush(runtime::Device& dev, trace::Trace trace, std::string_view reason) {
   if (!reused) {
     fresh = std::make_shared<PreparedPlan>();
     fresh->plan = fusion::plan(trace, g_options.fusion);
-    fresh->entries.resize(fresh->plan.kernels.size());
-    fresh->names.resize(fresh->plan.kernels.size());
+    fresh->kernels.resize(fresh->plan.kernels.size());
   }
   const PreparedPlan& prepared = reused ? *reused : *fresh;
   const fusion::Plan& plan = prepared.plan;
@@ -169,16 +168,18 @@ void flush(runtime::Device& dev, trace::Trace trace, std::string_view reason) {
       metrics.add(Counter::ExecutableCache, "hit");
     } else {
       const cache::Key key = cache::make_key(ir::serialize(pk.kernel), fingerprint());
-      fresh->names[i] = "kiln_" + key.hex();
+      PreparedPlan::Kernel& k = fresh->kernels[i];
+      k.name = "kiln_" + key.hex();
       bool hit = false;
-      fresh->entries[i] = executable_cache().get_or_build(key, [&] { return build(pk, fresh->names[i]); }, &hit);
+      k.entry = executable_cache().get_or_build(key, [&] { return build(pk, k.name); }, &hit);
       metrics.add(Counter::ExecutableCache, hit ? "hit" : "miss");
     }
     metrics.add(Counter::Launches, "fused kernel");
     metrics.add(Counter::ExecutableLaunches, pk.kernel.reduce_rank ? "row" : "pointwise");
     // Submitted without waiting even with KILN_LAUNCH_BLOCKING: the caller
     // holds the device's recorder and waits once it has let go of it.
-    dev.queue().submit(prepared.names[i], [exe = prepared.entries[i]->executable, args = std::move(args)] { exe->run(args); });
+    const PreparedPlan::Kernel& k = prepared.kernels[i];
+    dev.queue().submit(k.name, [exe = k.entry->executable, args = std::move(args)] { exe->run(args); });
   }
   if (fresh) plan_cache().insert(plan_key, std::move(fresh));  // only once every kernel compiled
   // `trace` goes out of scope here: its keepalives let go of buffers whose

@@ -19,9 +19,12 @@ namespace kiln::engine {
 // a trace with the same signature: a steady-state loop skips planning and
 // kernel hashing after its first iterations.
 struct PreparedPlan {
+  struct Kernel {
+    std::shared_ptr<const cache::Entry> entry;  // null where the kernel's work is 0
+    std::string name;
+  };
   fusion::Plan plan;
-  std::vector<std::shared_ptr<const cache::Entry>> entries;  // per kernel; null where work == 0
-  std::vector<std::string> names;
+  std::vector<Kernel> kernels;  // parallel to plan.kernels
 };
 
 class PlanCache {
