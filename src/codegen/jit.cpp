@@ -33,7 +33,7 @@ namespace kiln::codegen {
 namespace {
 
 // Bump when generated code changes for the same IR: old cached objects must not match.
-constexpr const char* kCodegenVersion = "kiln-codegen-2";
+constexpr const char* kCodegenVersion = "kiln-codegen-3";
 
 std::string error_text(llvm::Error e) {
   std::string s;
