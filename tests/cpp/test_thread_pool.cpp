@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <map>
 #include <set>
 #include <stdexcept>
 #include <thread>
@@ -48,4 +49,24 @@ TEST(ThreadPool, AnExceptionReachesTheCaller) {
   int64_t covered = 0;  // and the pool still works
   pool.parallel_for(100, 10, [&](int64_t b, int64_t e) { __atomic_add_fetch(&covered, e - b, __ATOMIC_RELAXED); });
   EXPECT_EQ(covered, 100);
+}
+
+// Pieces are taken as threads finish: a thread held up (here by a sleep, on
+// a shared machine by another process) leaves the rest to the others.
+TEST(ThreadPool, WorkMovesAwayFromASlowThread) {
+  ThreadPool pool(2);
+  std::mutex mu;
+  std::map<std::thread::id, int> pieces_by_thread;
+  std::set<int64_t> begins;
+  pool.parallel_for(8000, 1000, [&](int64_t b, int64_t e) {
+    EXPECT_EQ(e - b, 1000);
+    if (b == 0) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    std::lock_guard<std::mutex> lock(mu);
+    pieces_by_thread[std::this_thread::get_id()]++;
+    begins.insert(b);
+  });
+  EXPECT_EQ(begins.size(), 8u);
+  ASSERT_EQ(pieces_by_thread.size(), 2u);
+  int fewest = std::min(pieces_by_thread.begin()->second, std::next(pieces_by_thread.begin())->second);
+  EXPECT_EQ(fewest, 1);  // the sleeper ran only its own piece
 }
