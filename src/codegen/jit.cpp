@@ -27,6 +27,7 @@
 #include <stdexcept>
 
 #include "codegen/lower_to_llvm.h"
+#include "codegen/vector_math_library.h"
 #include "kiln/codegen.h"
 
 namespace kiln::codegen {
@@ -101,12 +102,14 @@ llvm::TargetMachine& thread_target_machine() {
 // round) bought nothing measurable and cost about half of the compile time
 // (BM_Compile/64: 35 -> 16-21 ms, BM_Compile/1: 12 -> 5.5-7 ms; chain and
 // row kernels ran equally fast).
+// inject-tli-mappings marks libm calls that have a libmvec variant, which the
+// vectorizer reads (without it every vector loop calls scalar libm).
 // (instcombine<no-verify-fixpoint>: a pipeline string's instcombine checks
 // that one iteration reached a fixpoint and aborts the process when not, a
 // test of LLVM itself; the O2 pipeline leaves it off too.)
 constexpr const char* kPassPipeline =
     "function(sroa,early-cse,instcombine<no-verify-fixpoint>,simplifycfg,loop-mssa(loop-rotate,licm),"
-    "loop(indvars),loop-vectorize,instcombine<no-verify-fixpoint>,simplifycfg)";
+    "loop(indvars),inject-tli-mappings,loop-vectorize,instcombine<no-verify-fixpoint>,simplifycfg)";
 
 void optimize(llvm::Module& m, llvm::TargetMachine& tm) {
   llvm::LoopAnalysisManager lam;
@@ -114,9 +117,11 @@ void optimize(llvm::Module& m, llvm::TargetMachine& tm) {
   llvm::CGSCCAnalysisManager cgam;
   llvm::ModuleAnalysisManager mam;
   llvm::PassBuilder pb(&tm);
-  // glibc's libmvec gives the vectorizer vector exp/log/sin/cos/pow.
+  // glibc's libmvec gives the vectorizer vector log/pow/atan/...: LLVM's
+  // table for AVX2 widths, kiln's for AVX-512 (vector_math_library.cpp).
   llvm::TargetLibraryInfoImpl tlii(tm.getTargetTriple());
   tlii.addVectorizableFunctionsFromVecLib(llvm::TargetLibraryInfoImpl::LIBMVEC_X86, tm.getTargetTriple());
+  add_libmvec_avx512(tlii);
   fam.registerPass([&] { return llvm::TargetLibraryAnalysis(tlii); });
   pb.registerModuleAnalyses(mam);
   pb.registerCGSCCAnalyses(cgam);
@@ -188,7 +193,7 @@ std::string environment_fingerprint(const Options& options) {
   }
   return std::string(kCodegenVersion) + ";llvm=" LLVM_VERSION_STRING ";triple=" + llvm::sys::getProcessTriple() +
          ";cpu=" + llvm::sys::getHostCPUName().str() + ";features=" + features +
-         ";fast_math=" + (options.fast_math ? "1" : "0") + ";opt=" + kPassPipeline;
+         ";fast_math=" + (options.fast_math ? "1" : "0") + ";opt=" + kPassPipeline + ";" + libmvec_fingerprint();
 }
 
 CompiledObject compile(const ir::Kernel& kernel, const std::string& symbol, const Options& options, bool want_ir) {
