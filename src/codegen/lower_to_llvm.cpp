@@ -284,8 +284,10 @@ class Lowering {
   static constexpr double kInvPi = 0.318309886183790671538;
   static constexpr double kSmallSinLimit = 65536;  // float-only sin/cos reduction up to here
 
-  // float32 tanh and erf as straight-line code, so loops that use them still
-  // vectorize (libm's tanhf/erff have no vector variants the vectorizer knows).
+  // float32 exp, sin, cos, tanh and erf are straight-line code: loops that use
+  // them vectorize on any CPU, and here they beat libmvec's AVX-512 variants
+  // (the benchmark chain with libmvec's exp, sin and tanh: 6.9 against kiln's
+  // 5.0 us per 4096 elements, one thread, before this file's later speedups).
 
   // a / b from the CPU's reciprocal estimate refined by Newton-Raphson (see
   // the attribute set in emit()): within 1 ulp of a / b, not always the
