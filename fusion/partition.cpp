@@ -1,6 +1,7 @@
 // Partitioning a trace into regions (see include/kiln/fusion.h for the rules).
 //
-// Regions are built greedily in trace order. Each keeps its fragment in
+// Regions are built greedily, one buffer-sharing component at a time, each
+// in trace order (see include/kiln/fusion.h). Each keeps its fragment in
 // region numbering as it grows: region nodes, the views it loads from
 // memory, its stores. An op joins when its iteration space embeds into the
 // region's and no memory hazard forbids it; its loads of values the region
@@ -76,12 +77,12 @@ trace::View RegionBuilder::to_region(const trace::View& v, const std::vector<int
 }
 
 std::string RegionBuilder::try_add(const trace::TraceOp& op, int32_t index, int32_t component) {
-  if (num_ops_ == 0) {
+  const int num_ops = this->num_ops();
+  if (num_ops == 0) {
     sizes_ = op.sizes;
     reduced_ = op.reduced;
-    first_op_ = index;
     component_ = component;
-  } else if (num_ops_ >= max_ops_) {
+  } else if (num_ops >= max_ops_) {
     return "size limit";
   }
   auto map = embed(op);
@@ -115,7 +116,7 @@ std::string RegionBuilder::try_add(const trace::TraceOp& op, int32_t index, int3
   // Independent work does not join: ops connected to the region by no chain
   // of shared buffers would only add memory streams to its loop (prefetchers
   // and TLBs lose track past a few dozen) and instructions to its compile.
-  if (num_ops_ > 0 && component != component_) return "no shared data";
+  if (num_ops > 0 && component != component_) return "no shared data";
 
   // Commit: the op's fragment in region numbering.
   if (op.reduced != 0) reduced_ = op.reduced;
@@ -155,7 +156,7 @@ std::string RegionBuilder::try_add(const trace::TraceOp& op, int32_t index, int3
   for (size_t i = 0; i < op.stores.size(); ++i) {
     stores_.push_back({stores[i], remap[op.stores[i].value], index});
   }
-  ++num_ops_;
+  ops_.push_back(index);
   return "";
 }
 
@@ -169,8 +170,7 @@ int32_t RegionBuilder::memory_load(const trace::View& v) {
 
 Region RegionBuilder::region(std::string ended_by) const {
   Region r;
-  r.first_op = first_op_;
-  r.num_ops = num_ops_;
+  r.ops = ops_;
   r.sizes = sizes_;
   r.reduced = reduced_;
   r.ended_by = std::move(ended_by);
@@ -200,18 +200,33 @@ std::vector<int32_t> components(const trace::Trace& trace) {
   return out;
 }
 
+// Op indices grouped by component (components in order of first appearance),
+// trace order within each. Components share no buffer, so this order gives
+// every op the same inputs as trace order does.
+std::vector<int32_t> component_order(const std::vector<int32_t>& component) {
+  const int32_t ids = component.empty() ? 0 : *std::max_element(component.begin(), component.end()) + 1;
+  std::vector<int32_t> first_seen(ids, -1), order(component.size());
+  for (size_t i = 0; i < component.size(); ++i) {
+    if (first_seen[component[i]] < 0) first_seen[component[i]] = static_cast<int32_t>(i);
+  }
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t a, int32_t b) { return first_seen[component[a]] < first_seen[component[b]]; });
+  return order;
+}
+
 Plan plan(const trace::Trace& trace, const Options& options) {
   Plan out;
   std::vector<RegionBuilder> built;
   RegionBuilder current(options.max_ops);
   const std::vector<int32_t> component = components(trace);
-  for (size_t i = 0; i < trace.ops.size(); ++i) {
-    std::string refused = current.try_add(trace.ops[i], static_cast<int32_t>(i), component[i]);
+  for (int32_t i : component_order(component)) {
+    std::string refused = current.try_add(trace.ops[i], i, component[i]);
     if (refused.empty()) continue;
     out.regions.push_back(current.region(refused));
     built.push_back(std::move(current));
     current = RegionBuilder(options.max_ops);
-    std::string again = current.try_add(trace.ops[i], static_cast<int32_t>(i), component[i]);
+    std::string again = current.try_add(trace.ops[i], i, component[i]);
     if (!again.empty()) throw std::logic_error("kiln fusion: an op cannot start a region: " + again);
   }
   if (current.num_ops() > 0) {

@@ -22,7 +22,7 @@ class RegionBuilder {
   // Adds trace op `index` (of buffer-sharing component `component`), or
   // returns why it cannot join (nothing changes then).
   std::string try_add(const trace::TraceOp& op, int32_t index, int32_t component);
-  int num_ops() const { return num_ops_; }
+  int num_ops() const { return static_cast<int>(ops_.size()); }
   Region region(std::string ended_by) const;
   const std::vector<trace::View>& memory_loads() const { return memory_loads_; }
   const std::vector<StoreRef>& stores() const { return stores_; }
@@ -38,8 +38,7 @@ class RegionBuilder {
   int32_t memory_load(const trace::View& v);
 
   int max_ops_;
-  int num_ops_ = 0;
-  int32_t first_op_ = 0;
+  std::vector<int32_t> ops_;  // trace ops, as they joined
   int32_t component_ = -1;
   std::vector<int64_t> sizes_;
   uint64_t reduced_ = 0;

@@ -2,7 +2,12 @@
 // one kernel. Plain C++ over trace::Trace; no torch, no LLVM.
 //
 // Rules (docs/fusion.md lists each with the test that pins it):
-//  - A region is a run of consecutive ops over one iteration space: pointwise
+//  - Ops are taken one buffer-sharing component at a time (components in the
+//    order they first appear, each in trace order): ops of different
+//    components share no buffer, so they commute, and a trace that
+//    interleaves them (a foreach optimizer step: every parameter's first op,
+//    then every parameter's second, ...) is regrouped per component.
+//  - A region is a run of such ops over one iteration space: pointwise
 //    ops over the same shape fuse vertically (chains) and horizontally
 //    (siblings, as one multi-output kernel).
 //  - A reduction joins a region over its input's shape; pointwise ops over the
@@ -33,10 +38,10 @@ struct Options {
 };
 
 struct Region {
-  int32_t first_op = 0, num_ops = 0;  // consecutive trace ops
-  std::vector<int64_t> sizes;         // iteration space
+  std::vector<int32_t> ops;    // trace op indices, in trace order (one component's)
+  std::vector<int64_t> sizes;  // iteration space
   uint64_t reduced = 0;
-  std::string ended_by;               // why the next op did not join ("end of trace" for the last)
+  std::string ended_by;  // why the next op did not join ("end of trace" for the last)
 };
 
 // A kernel ready to compile (kernel) and to launch (the rest).

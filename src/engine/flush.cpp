@@ -43,10 +43,10 @@ std::string size_bucket(int ops) {
 
 std::string describe(const trace::Trace& t, const fusion::Region& r, size_t index, bool has_kernel) {
   std::ostringstream os;
-  os << "region " << index << ": " << r.num_ops << (r.num_ops == 1 ? " op" : " ops") << " over [";
+  os << "region " << index << ": " << r.ops.size() << (r.ops.size() == 1 ? " op" : " ops") << " over [";
   for (size_t d = 0; d < r.sizes.size(); ++d) os << (d ? ", " : "") << r.sizes[d] << (((r.reduced >> d) & 1) ? "r" : "");
   os << "]: ";
-  for (int i = 0; i < r.num_ops; ++i) os << (i ? " " : "") << t.ops[r.first_op + i].name;
+  for (size_t i = 0; i < r.ops.size(); ++i) os << (i ? " " : "") << t.ops[r.ops[i]].name;
   os << (has_kernel ? "" : " (every store dead: no kernel)") << "; ended by " << r.ended_by;
   return os.str();
 }
@@ -135,7 +135,7 @@ void flush(runtime::Device& dev, trace::Trace trace, std::string_view reason) {
   std::vector<bool> has_kernel(plan.regions.size(), false);
   for (const auto& k : plan.kernels) has_kernel[k.region] = true;
   for (size_t r = 0; r < plan.regions.size(); ++r) {
-    metrics.add(Counter::Regions, size_bucket(plan.regions[r].num_ops));
+    metrics.add(Counter::Regions, size_bucket(static_cast<int>(plan.regions[r].ops.size())));
     if (logging("fusion")) g_options.log("fusion", describe(trace, plan.regions[r], r, has_kernel[r]));
   }
   if (plan.bytes_not_written) metrics.add(Counter::BytesNotWritten, "dead intermediates", plan.bytes_not_written);

@@ -247,6 +247,45 @@ TEST(Fusion, AdamWUpdateOfOneParameterIsOneKernel) {
   }
 }
 
+// A foreach optimizer step records every parameter's first op, then every
+// parameter's second, ...: ops of different parameters share no buffer, so
+// they are regrouped and each parameter's update is still one kernel, with
+// eager's results.
+TEST(Fusion, InterleavedUpdatesOfSeveralParametersAreOneKernelEach) {
+  TraceBuilder tb;
+  const std::vector<std::vector<int64_t>> shapes = {{300}, {7, 50}, {300}};
+  struct Param { int32_t p, g, m, t; std::vector<float> p0, g0, m0; };
+  std::vector<Param> params;
+  for (const auto& s : shapes) {
+    const int64_t n = s.size() == 1 ? s[0] : s[0] * s[1];
+    Param q{tb.buffer(n, false), tb.buffer(n, false), tb.buffer(n, false), tb.buffer(n), {}, {}, {}};
+    tb.memory[q.p] = iota(n, 0.5f, 0.01f);
+    tb.memory[q.g] = iota(n, -0.2f, 0.003f);
+    tb.memory[q.m] = iota(n, 0.1f, -0.001f);
+    q.p0 = tb.memory[q.p], q.g0 = tb.memory[q.g], q.m0 = tb.memory[q.m];
+    params.push_back(q);
+  }
+  auto V = [&](int32_t id, size_t i) { return TraceBuilder::view(id, shapes[i], shapes[i]); };
+  for (size_t i = 0; i < params.size(); ++i) tb.with_scalar(Op::Mul, V(params[i].m, i), 0.9, V(params[i].m, i), shapes[i]);
+  for (size_t i = 0; i < params.size(); ++i) tb.with_scalar(Op::Mul, V(params[i].g, i), 0.1, V(params[i].t, i), shapes[i]);
+  for (size_t i = 0; i < params.size(); ++i) tb.binary(Op::Add, V(params[i].m, i), V(params[i].t, i), V(params[i].m, i), shapes[i]);
+  for (size_t i = 0; i < params.size(); ++i) tb.binary(Op::Sub, V(params[i].p, i), V(params[i].m, i), V(params[i].p, i), shapes[i]);
+  for (const Param& q : params) tb.t.buffers[q.t].dead = true;
+  auto plan = tb.run();
+  ASSERT_EQ(plan.kernels.size(), 3u);
+  ASSERT_EQ(plan.regions.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(plan.regions[i].ops, (std::vector<int32_t>{int32_t(i), int32_t(i + 3), int32_t(i + 6), int32_t(i + 9)}));
+  }
+  for (const Param& q : params) {
+    for (size_t j = 0; j < q.p0.size(); j += 7) {
+      const float m = q.m0[j] * 0.9f + q.g0[j] * 0.1f;
+      EXPECT_EQ(tb.memory[q.m][j], m);
+      EXPECT_EQ(tb.memory[q.p][j], q.p0[j] - m);
+    }
+  }
+}
+
 TEST(Fusion, InPlaceOnAViewThenReadOfTheBaseGivesEagersResult) {
   TraceBuilder tb;
   const std::vector<int64_t> s = {4, 4}, half = {2, 4};
@@ -416,9 +455,9 @@ TEST(Fusion, IndependentOpsDoNotShareAKernel) {
   tb.with_scalar(Op::Mul, V(q), 0.5, V(q), s);
   auto plan = tb.run();
   ASSERT_EQ(plan.regions.size(), 2u);
-  EXPECT_EQ(plan.regions[0].num_ops, 3);
+  EXPECT_EQ(plan.regions[0].ops, (std::vector<int32_t>{0, 1, 2}));
   EXPECT_EQ(plan.regions[0].ended_by, "no shared data");
-  EXPECT_EQ(plan.regions[1].num_ops, 2);
+  EXPECT_EQ(plan.regions[1].ops, (std::vector<int32_t>{3, 4}));
 }
 
 // A plan is reused for a trace of the same structure: the signature ignores

@@ -86,6 +86,31 @@ def test_adamw_update_of_one_parameter_is_one_kernel():
         torch.testing.assert_close(p_dev.detach().cpu(), p_cpu.detach(), rtol=1e-6, atol=1e-7)
 
 
+def test_foreach_adamw_step_is_one_kernel_per_parameter():
+    # foreach=True records each op for every parameter before the next op:
+    # fusion regroups the parameters' independent updates.
+    torch.manual_seed(0)
+    shapes = [(300,), (20, 30), (300,), (7,)]
+    ps_cpu = [torch.randn(s, requires_grad=True) for s in shapes]
+    ps_dev = [p.detach().clone().to(DEVICE).requires_grad_() for p in ps_cpu]
+    opt_cpu = torch.optim.AdamW(ps_cpu, lr=1e-2, weight_decay=0.1, foreach=True)
+    opt_dev = torch.optim.AdamW(ps_dev, lr=1e-2, weight_decay=0.1, foreach=True)
+    for step in range(3):
+        for p_cpu, p_dev in zip(ps_cpu, ps_dev):
+            g = torch.randn(p_cpu.shape)
+            p_cpu.grad = g.clone()
+            p_dev.grad = g.to(DEVICE)
+        opt_cpu.step()
+        getattr(torch, DEVICE).synchronize()
+        kiln.metrics.reset()
+        opt_dev.step()
+        getattr(torch, DEVICE).synchronize()
+        c = kiln.metrics.counters()
+        assert sum(c["executable_launches"].values()) == len(shapes), c
+        for p_cpu, p_dev in zip(ps_cpu, ps_dev):
+            torch.testing.assert_close(p_dev.detach().cpu(), p_cpu.detach(), rtol=1e-6, atol=1e-7)
+
+
 def test_in_place_op_on_a_view_then_read_of_the_base():
     def f(x):
         x[1:3].mul_(10)
