@@ -39,8 +39,8 @@ const std::vector<KnobSpec>& knob_table() {
        "A micro-trace is flushed when it holds this many ops.", 1, 1000000},
       {"KILN_FUSION_MAX_OPS", KnobKind::Integer, "64", "Most ops fused into one region (one kernel).", 1, 4096},
       {"KILN_FAST_MATH", KnobKind::Boolean, "0",
-       "1: let compiled kernels reassociate and contract floating-point math (faster reductions, "
-       "results differ from eager in the last bits).", 0, 0},
+       "1: let compiled kernels reassociate and contract floating-point math and divide by a refined "
+       "reciprocal estimate (faster reductions and divisions, results differ from eager in the last bits).", 0, 0},
       {"KILN_NUM_THREADS", KnobKind::Integer, "auto",
        "Threads a compiled kernel splits its iteration space over; auto = the machine's cores.", 1, 256, {},
        "auto"},
