@@ -177,9 +177,10 @@ Region RegionBuilder::region(std::string ended_by) const {
   return r;
 }
 
-// Ops linked by a chain of shared buffers, over the whole trace (union-find):
-// one parameter's optimizer update is one component, the next parameter's
-// another, although the two never share a buffer.
+// The component of each op: ops linked by a chain of shared buffers, over
+// the whole trace (union-find). One parameter's optimizer update is one
+// component, the next parameter's another, although the two never share a
+// buffer.
 std::vector<int32_t> components(const trace::Trace& trace) {
   std::vector<int32_t> parent(trace.buffers.size());
   for (size_t i = 0; i < parent.size(); ++i) parent[i] = static_cast<int32_t>(i);
@@ -195,8 +196,14 @@ std::vector<int32_t> components(const trace::Trace& trace) {
     for (const auto& v : op.loads) parent[find(v.buffer)] = root;
     for (const auto& o : op.stores) parent[find(o.view.buffer)] = root;
   }
-  std::vector<int32_t> out;
-  for (const auto& op : trace.ops) out.push_back(find(first_buffer(op)));
+  // Numbered in order of first appearance.
+  std::vector<int32_t> number(trace.buffers.size(), -1), out;
+  int32_t next = 0;
+  for (const auto& op : trace.ops) {
+    int32_t& id = number[find(first_buffer(op))];
+    if (id < 0) id = next++;
+    out.push_back(id);
+  }
   return out;
 }
 
@@ -204,14 +211,9 @@ std::vector<int32_t> components(const trace::Trace& trace) {
 // trace order within each. Components share no buffer, so this order gives
 // every op the same inputs as trace order does.
 std::vector<int32_t> component_order(const std::vector<int32_t>& component) {
-  const int32_t ids = component.empty() ? 0 : *std::max_element(component.begin(), component.end()) + 1;
-  std::vector<int32_t> first_seen(ids, -1), order(component.size());
-  for (size_t i = 0; i < component.size(); ++i) {
-    if (first_seen[component[i]] < 0) first_seen[component[i]] = static_cast<int32_t>(i);
-  }
+  std::vector<int32_t> order(component.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](int32_t a, int32_t b) { return first_seen[component[a]] < first_seen[component[b]]; });
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return component[a] < component[b]; });
   return order;
 }
 

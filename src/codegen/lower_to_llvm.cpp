@@ -372,11 +372,7 @@ class Lowering {
     auto k = [&](double v) { return fconst(f64, v); };
     Value* xd = b_.CreateFPExt(x, f64);
     Value* n = intrinsic(llvm::Intrinsic::roundeven, {muladd(xd, k(kInvPi), k(cosine ? -0.5 : 0))});
-    // q multiples of pi/2: 2n + 1 for cos; for sin, n multiples of pi.
-    Value* q = cosine ? muladd(n, k(2), k(1)) : n;
-    const double m = cosine ? 1 : 2;
-    Value* r = intrinsic(llvm::Intrinsic::fma, {b_.CreateFNeg(q), k(m * 1.57079632679489655800), xd});
-    r = intrinsic(llvm::Intrinsic::fma, {b_.CreateFNeg(q), k(m * 6.12323399573676603587e-17), r});
+    Value* r = subtract_half_pis(xd, n, cosine, {1.57079632679489655800, 6.12323399573676603587e-17});
     Value* finite = b_.CreateFCmpOLT(intrinsic(llvm::Intrinsic::fabs, {n}), k(9.0e15));
     Value* ni = b_.CreateTrunc(b_.CreateFPToSI(b_.CreateSelect(finite, n, k(0)), i64_), b_.getInt32Ty());  // n may pass 2^31
     if (cosine) ni = b_.CreateAdd(ni, b_.getInt32(1));
@@ -398,14 +394,21 @@ class Lowering {
     Value* t = cosine ? b_.CreateFAdd(muladd(x, k(kInvPi), k(-0.5)), k(kRoundMagic))
                       : intrinsic(llvm::Intrinsic::fma, {x, k(kInvPi), k(kRoundMagic)});
     Value* n = b_.CreateFSub(t, k(kRoundMagic));
-    Value* q = cosine ? muladd(n, k(2), k(1)) : n;  // as in sincos_f32
-    const double m = cosine ? 1 : 2;
-    Value* r = intrinsic(llvm::Intrinsic::fma, {b_.CreateFNeg(q), k(m * 1.5707963705062866), x});
-    r = intrinsic(llvm::Intrinsic::fma, {b_.CreateFNeg(q), k(m * -4.371138828673793e-08), r});
-    r = intrinsic(llvm::Intrinsic::fma, {b_.CreateFNeg(q), k(m * -1.7151245100058819e-15), r});
+    Value* r = subtract_half_pis(x, n, cosine, {1.5707963705062866, -4.371138828673793e-08, -1.7151245100058819e-15});
     Value* ni = b_.CreateBitCast(t, b_.getInt32Ty());  // n's parity is its low bit
     if (cosine) ni = b_.CreateAdd(ni, b_.getInt32(1));
     return sin_reduced(r, ni);
+  }
+
+  // x - q pi/2 with q = 2n + 1 (cos) or 2n (sin: n times pi, the doubled
+  // parts, which stay exact), pi/2 given as parts each exact in x's type and
+  // subtracted one FMA at a time.
+  Value* subtract_half_pis(Value* x, Value* n, bool cosine, std::initializer_list<double> half_pi_parts) {
+    auto k = [&](double v) { return fconst(x->getType(), v); };
+    Value* q = cosine ? muladd(n, k(2), k(1)) : n;
+    const double m = cosine ? 1 : 2;
+    for (double part : half_pi_parts) x = intrinsic(llvm::Intrinsic::fma, {b_.CreateFNeg(q), k(m * part), x});
+    return x;
   }
 
   // (-1)^n sin(r) for |r| <= pi/2 (a little beyond is fine); only n's low

@@ -283,8 +283,8 @@ TEST(Codegen, OwnMathFunctionsHandleTheEdges) {
 
 namespace {
 
-// sin or cos of `xs` through one kernel; `in_place` stores into the input's buffer.
-std::vector<float> run_sincos(Op op, std::vector<float> xs, bool in_place) {
+// `op` of float32 `xs` through one kernel; `in_place` stores into the input's buffer.
+std::vector<float> run_unary(Op op, std::vector<float> xs, bool in_place = false) {
   test::KernelBuilder b(1);
   int x = b.access(DType::Float32, ir::Inner::Contiguous);
   int out = in_place ? x : b.access(DType::Float32, ir::Inner::Contiguous);
@@ -318,7 +318,7 @@ TEST(Codegen, FloatSinCosReductionIsAccurateUpToItsLimit) {
     xs.push_back(std::nextafter(near, -1e9f));
   }
   for (int i = 0; i <= 20000; ++i) xs.push_back(-65536.f + 6.5536f * i);
-  for (Op op : {Op::Sin, Op::Cos}) expect_libm_sincos(op, xs, run_sincos(op, xs, false), "small arguments");
+  for (Op op : {Op::Sin, Op::Cos}) expect_libm_sincos(op, xs, run_unary(op, xs, false), "small arguments");
 }
 
 // One argument beyond the limit (or an infinity) sends the whole run to the
@@ -328,11 +328,11 @@ TEST(Codegen, SinCosBeyondTheFloatLimitFallsBackExactly) {
   for (int i = 0; i < 300; ++i) xs.push_back(0.37f * i - 50.f);
   for (int j = 0; j < 12; ++j) xs[20 * j + 7] = (j % 2 ? -1.f : 1.f) * (65537.f + 99991.f * j * j * j);  // every quadrant
   for (Op op : {Op::Sin, Op::Cos}) {
-    expect_libm_sincos(op, xs, run_sincos(op, xs, false), "rerun");
-    expect_libm_sincos(op, xs, run_sincos(op, xs, true), "in place");
+    expect_libm_sincos(op, xs, run_unary(op, xs, false), "rerun");
+    expect_libm_sincos(op, xs, run_unary(op, xs, true), "in place");
   }
   std::vector<float> with_inf = {0.5f, std::numeric_limits<float>::infinity(), 2.f};
-  std::vector<float> got = run_sincos(Op::Sin, with_inf, false);
+  std::vector<float> got = run_unary(Op::Sin, with_inf, false);
   EXPECT_TRUE(std::isnan(got[1]));
   EXPECT_NEAR(got[0], std::sin(0.5), 1e-7);
   EXPECT_NEAR(got[2], std::sin(2.0), 1e-7);
@@ -381,18 +381,6 @@ double ulps(float got, double want) {
   return std::fabs(double(got) - want) / ulp;
 }
 
-float run_unary(Op op, const std::vector<float>& xs, std::vector<float>& outs) {
-  test::KernelBuilder b(1);
-  int x = b.access(DType::Float32, ir::Inner::Contiguous);
-  int out = b.access(DType::Float32, ir::Inner::Contiguous);
-  b.store(out, b.node(op, DType::Float32, b.load(x)));
-  Compiled run(b.k);
-  outs.assign(xs.size(), 0.f);
-  const int64_t n = static_cast<int64_t>(xs.size());
-  run({const_cast<float*>(xs.data()), outs.data()}, {n, 0, 1, 0, 1}, {}, 0, n);
-  return 0;
-}
-
 }  // namespace
 
 // The accuracy docs/fusion.md states for kiln's own float32 math, checked
@@ -405,9 +393,9 @@ TEST(Codegen, OwnMathFunctionsStayWithinTheirStatedUlps) {
                       Bound{Op::Tanh, -0.01f, 0.01f, 5}}) {
     std::mt19937 gen(7);
     std::uniform_real_distribution<float> dist(bound.lo, bound.hi);
-    std::vector<float> xs(200000), outs;
+    std::vector<float> xs(200000);
     for (float& x : xs) x = dist(gen);
-    run_unary(bound.op, xs, outs);
+    const std::vector<float> outs = run_unary(bound.op, xs);
     double worst = 0;
     float worst_at = 0;
     for (size_t i = 0; i < xs.size(); ++i) {
@@ -464,9 +452,9 @@ TEST(Codegen, DeepMathLoopsInterleaveEightVectors) {
 // the vector body, the 12-bit scalar one refined twice in the remainder. The
 // same argument gives the same result, within 1 ulp, wherever it falls.
 TEST(Codegen, EstimatedDivisionAgreesBetweenVectorBodyAndRemainder) {
-  std::vector<float> xs(128 * 8 + 15), outs;
+  std::vector<float> xs(128 * 8 + 15);
   for (size_t i = 0; i < xs.size(); ++i) xs[i] = -7.5f + 15.f * static_cast<float>(i % 128) / 127.f;
-  run_unary(Op::Tanh, xs, outs);
+  const std::vector<float> outs = run_unary(Op::Tanh, xs);
   for (size_t j = 0; j < 15; ++j) {
     const size_t tail = 128 * 8 + j;
     ASSERT_EQ(xs[tail], xs[j]);
