@@ -90,6 +90,7 @@ std::string plan_signature(const trace::Trace& trace, const Options& options) {
     Writer w(out);
     w.reserve(64 + trace.buffers.size() + trace.ops.size() * 256);
     w.pod(options.max_ops);
+    w.pod(options.stream_min_bytes);
     // Buffers: which are dead decides which stores are dropped; which ops
     // share a buffer is in the views' buffer indices.
     w.pod(trace.buffers.size());

@@ -35,6 +35,9 @@ namespace kiln::fusion {
 
 struct Options {
   int max_ops = 64;  // KILN_FUSION_MAX_OPS
+  // A kernel that can_stream_stores and stores at least this many bytes per
+  // launch streams them (ir::Kernel::streaming_stores); 0: never.
+  int64_t stream_min_bytes = 0;  // KILN_STREAM_MIN_MB
 };
 
 struct Region {

@@ -105,6 +105,10 @@ struct Kernel {
   std::vector<Node> nodes;     // topologically ordered
   std::vector<Reduction> reductions;  // evaluated in order
   std::vector<Store> stores;
+  // Write the stores with non-temporal (cache-bypassing) stores. The planner
+  // sets it for launches whose output will not stay cached for its reader
+  // anyway; only for kernels that can_stream_stores.
+  bool streaming_stores = false;
   bool operator==(const Kernel&) const = default;
 
   // Runtime integer arguments (LaunchArgs::ints), in this order:
@@ -118,6 +122,11 @@ struct Kernel {
 
 // Whether a node's value is the same at every point of the reduced dims.
 std::vector<bool> row_level_nodes(const Kernel& k);
+
+// Whether a kernel may use streaming_stores: pointwise, with every store
+// contiguous (whole lines) and to a buffer it does not load (an in-place
+// op's lines are in the cache already: there is no read to save).
+bool can_stream_stores(const Kernel& k);
 
 // Checks the invariants codegen relies on; throws std::invalid_argument naming
 // the first broken one.

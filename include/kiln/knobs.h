@@ -67,6 +67,7 @@ struct Settings {
   int fusion_max_ops = 64;
   bool fast_math = false;
   int num_threads = 1;
+  int64_t stream_min_mb = 4;  // KILN_STREAM_MIN_MB (0: never)
   std::string dump_dir;       // empty: off
 
   bool log_enabled(const std::string& channel) const {

@@ -34,7 +34,7 @@ namespace kiln::codegen {
 namespace {
 
 // Bump when generated code changes for the same IR: old cached objects must not match.
-constexpr const char* kCodegenVersion = "kiln-codegen-3";
+constexpr const char* kCodegenVersion = "kiln-codegen-4";
 
 std::string error_text(llvm::Error e) {
   std::string s;
@@ -104,12 +104,14 @@ llvm::TargetMachine& thread_target_machine() {
 // row kernels ran equally fast).
 // inject-tli-mappings marks libm calls that have a libmvec variant, which the
 // vectorizer reads (without it every vector loop calls scalar libm).
+// infer-alignment proves the vector stores of streaming kernels aligned
+// (see mark_streaming_stores).
 // (instcombine<no-verify-fixpoint>: a pipeline string's instcombine checks
 // that one iteration reached a fixpoint and aborts the process when not, a
 // test of LLVM itself; the O2 pipeline leaves it off too.)
 constexpr const char* kPassPipeline =
     "function(sroa,early-cse,instcombine<no-verify-fixpoint>,simplifycfg,loop-mssa(loop-rotate,licm),"
-    "loop(indvars),inject-tli-mappings,loop-vectorize,instcombine<no-verify-fixpoint>,simplifycfg)";
+    "loop(indvars),inject-tli-mappings,loop-vectorize,infer-alignment,instcombine<no-verify-fixpoint>,simplifycfg)";
 
 void optimize(llvm::Module& m, llvm::TargetMachine& tm) {
   llvm::LoopAnalysisManager lam;
@@ -222,6 +224,7 @@ CompiledObject compile(const ir::Kernel& kernel, const std::string& symbol, cons
   module.setTargetTriple(tm.getTargetTriple().str());
   lower_to_llvm(kernel, symbol, module, options.fast_math);
   optimize(module, tm);
+  if (kernel.streaming_stores) mark_streaming_stores(module);
   check("optimizing");
   CompiledObject out;
   if (want_ir) {

@@ -87,6 +87,7 @@ class Lowering {
   struct Scope {
     std::vector<Value*> offset;  // per access (null: not addressable here)
     std::vector<Value*> memo;
+    std::vector<Value*> base;    // per access: what offset counts from (null: its buffer's start)
   };
 
   Value* int_arg(int i) { return launch_arg(i64_, ints_, i); }
@@ -536,7 +537,8 @@ class Lowering {
   Value* address(int access, Scope& s) {
     Value* off = s.offset[access];
     if (!off) throw std::runtime_error("kiln codegen: access used outside its loop");
-    return b_.CreateInBoundsGEP(mem_type(k_.accesses[access].dtype), base_[k_.accesses[access].buffer], off);
+    Value* base = s.base[access] ? s.base[access] : base_[k_.accesses[access].buffer];
+    return b_.CreateInBoundsGEP(mem_type(k_.accesses[access].dtype), base, off);
   }
 
   Value* value(int id, Scope& s) {
@@ -591,8 +593,10 @@ class Lowering {
     for (const ir::Store* st : stores) values.push_back(value(st->value, s));
     for (size_t i = 0; i < stores.size(); ++i) {
       Value* v = values[i];
-      if (k_.accesses[stores[i]->access].dtype == DType::Bool) v = b_.CreateZExt(v, b_.getInt8Ty());
-      mark_buffer(b_.CreateStore(v, address(stores[i]->access, s)), k_.accesses[stores[i]->access].buffer);
+      const ir::Access& a = k_.accesses[stores[i]->access];
+      if (a.dtype == DType::Bool) v = b_.CreateZExt(v, b_.getInt8Ty());
+      auto* store = b_.CreateStore(v, address(stores[i]->access, s));
+      mark_buffer(store, a.buffer);
     }
   }
   std::vector<const ir::Store*> stores_where(bool row_invariant) {
@@ -713,6 +717,7 @@ class Lowering {
     Scope s;
     s.offset.assign(k_.accesses.size(), nullptr);
     s.memo.assign(k_.nodes.size(), nullptr);
+    s.base.assign(k_.accesses.size(), nullptr);
     return s;
   }
 
@@ -721,8 +726,10 @@ class Lowering {
   // loop the vectorizer can take.
   void emit_pointwise(Value* begin, Value* end) {
     const int R = k_.rank;
-    // In the entry block, so that it becomes a register (an or-reduction).
+    // In the entry block, so that they become a register (an or-reduction)
+    // and stack slots.
     Value* out_of_range = uses_float_sincos() && may_rerun() ? b_.CreateAlloca(b_.getInt1Ty()) : nullptr;
+    const std::vector<Value*> tiles = k_.streaming_stores ? make_tiles() : std::vector<Value*>{};
     auto* pre = b_.GetInsertBlock();
     auto* head = llvm::BasicBlock::Create(ctx_, "run.head", fn_);
     auto* body = llvm::BasicBlock::Create(ctx_, "run.body", fn_);
@@ -743,17 +750,27 @@ class Lowering {
       Value* off = offset_at(static_cast<int>(a), c, 0, R - 1, offsets_[a]);
       row_base.push_back(b_.CreateAdd(off, b_.CreateMul(start, strides_[a][R - 1])));
     }
-    auto run = [&](const char* name, Value* from, Value* to, Vectorize vectorize) {
-      loop(from, to, name, [&](Value* j) {
+    Placement placed;
+    if (!tiles.empty()) {
+      placed = place_run(tiles, count, row_base);
+      count = placed.count;
+    }
+    auto run = [&](const char* name, Vectorize vectorize) {
+      loop(b_.getInt64(0), count, name, [&](Value* j) {
         Scope s = new_scope();
         for (size_t a = 0; a < k_.accesses.size(); ++a) {
           s.offset[a] = b_.CreateAdd(row_base[a], b_.CreateMul(j, strides_[a][R - 1]));
+        }
+        for (size_t a = 0; a < placed.dest.size(); ++a) {
+          if (placed.dest[a] == nullptr) continue;
+          s.base[a] = placed.dest[a];
+          s.offset[a] = j;
         }
         store_all(stores_where(false), s);
       }, vectorize);
     };
     if (out_of_range == nullptr) {
-      run("j", b_.getInt64(0), count, Vectorize::Wide);
+      run("j", Vectorize::Wide);
     } else {
       // Optimistic: the run with float-only sin/cos; if any argument was out
       // of its range, all of it again through the exact loop (nothing the
@@ -762,19 +779,109 @@ class Lowering {
       // vectorized copy of the chain cost a quarter of the compile time.
       b_.CreateStore(b_.getFalse(), out_of_range);
       sincos_out_of_range_ = out_of_range;
-      run("j.small", b_.getInt64(0), count, Vectorize::Wide);
+      run("j.small", Vectorize::Wide);
       sincos_out_of_range_ = nullptr;
       auto* exact = llvm::BasicBlock::Create(ctx_, "run.exact", fn_);
       auto* done = llvm::BasicBlock::Create(ctx_, "run.done", fn_);
       b_.CreateCondBr(b_.CreateLoad(b_.getInt1Ty(), out_of_range), exact, done);
       b_.SetInsertPoint(exact);
-      run("j", b_.getInt64(0), count, Vectorize::Scalar);
+      // After the first loop's non-temporal stores to the same addresses.
+      if (!tiles.empty()) b_.CreateFence(llvm::AtomicOrdering::SequentiallyConsistent);
+      run("j", Vectorize::Scalar);
       b_.CreateBr(done);
       b_.SetInsertPoint(done);
     }
+    if (!tiles.empty()) copy_out_of_tiles(tiles, placed);
     i->addIncoming(b_.CreateAdd(i, count), b_.GetInsertBlock());
     b_.CreateBr(head);
     b_.SetInsertPoint(exit);
+    // Non-temporal stores are weakly ordered: make them visible before the
+    // caller signals that this piece is done (seq_cst is an mfence on x86;
+    // weaker fences emit nothing there and would not order them).
+    if (!tiles.empty()) b_.CreateFence(llvm::AtomicOrdering::SequentiallyConsistent);
+  }
+
+  // ------------------------------------------------------------ streaming stores
+
+  // A kernel with streaming_stores writes its output with non-temporal
+  // stores: whole lines, written without first reading them into the cache
+  // (a read for ownership) and without displacing what is cached. LLVM's
+  // vectorizer refuses a loop whose non-temporal stores it cannot prove
+  // aligned, so the loop is vectorized with plain stores whose base is
+  // assumed 64-byte aligned, and mark_streaming_stores makes the vector
+  // stores non-temporal afterwards. A run whose stores do not start on a
+  // line goes to line-aligned tiles on the stack first: only its head (up
+  // to the first store's next line) when the others are aligned alike,
+  // else a tile at a time; memcpy then moves the tiles to the run.
+  static constexpr uint64_t kLineBytes = 64;
+  static constexpr int64_t kTileBytes = 4096;  // per store; the misaligned path only
+
+  // In the entry block, so that they are stack slots: one tile per stored access.
+  std::vector<Value*> make_tiles() {
+    std::vector<Value*> tiles(k_.accesses.size(), nullptr);
+    for (const ir::Store& st : k_.stores) {
+      auto* tile = b_.CreateAlloca(llvm::ArrayType::get(b_.getInt8Ty(), kTileBytes), nullptr, "tile");
+      tile->setAlignment(llvm::Align(kLineBytes));
+      tiles[st.access] = tile;
+    }
+    return tiles;
+  }
+
+  struct Placement {
+    Value* count = nullptr;       // elements of the run taken now
+    Value* misaligned = nullptr;  // i1: they go to the tiles
+    std::vector<Value*> row;      // per stored access: where the run starts
+    std::vector<Value*> dest;     // per stored access: where its element 0 is stored (line-aligned)
+  };
+
+  // Where this run's stores go, and how much of it is taken now (the rest
+  // of the run comes back as a run of its own).
+  Placement place_run(const std::vector<Value*>& tiles, Value* count, const std::vector<Value*>& row_base) {
+    Placement p;
+    p.row.assign(k_.accesses.size(), nullptr);
+    p.dest.assign(k_.accesses.size(), nullptr);
+    Value* misaligned = b_.getFalse();
+    Value* head = nullptr;  // elements from the first store's start to its next line
+    int64_t tile_elements = 0;
+    for (size_t a = 0; a < tiles.size(); ++a) {
+      if (tiles[a] == nullptr) continue;
+      const int64_t size = ir::dtype_size(k_.accesses[a].dtype);
+      p.row[a] = b_.CreateInBoundsGEP(mem_type(k_.accesses[a].dtype), base_[k_.accesses[a].buffer], row_base[a]);
+      Value* low = b_.CreateAnd(b_.CreatePtrToInt(p.row[a], i64_), kLineBytes - 1);
+      misaligned = b_.CreateOr(misaligned, b_.CreateICmpNE(low, b_.getInt64(0)));
+      if (head == nullptr) {  // elements are aligned to their size: low is a multiple of it
+        head = b_.CreateUDiv(b_.CreateAnd(b_.CreateSub(b_.getInt64(kLineBytes), low), kLineBytes - 1), b_.getInt64(size));
+      }
+      tile_elements = tile_elements == 0 ? kTileBytes / size : std::min(tile_elements, kTileBytes / size);
+    }
+    Value* tile = b_.getInt64(tile_elements);
+    Value* chunk = b_.CreateSelect(b_.CreateICmpEQ(head, b_.getInt64(0)), tile, head);
+    chunk = b_.CreateSelect(b_.CreateICmpSLT(count, chunk), count, chunk);
+    p.misaligned = misaligned;
+    p.count = b_.CreateSelect(misaligned, chunk, count, "taken");
+    for (size_t a = 0; a < tiles.size(); ++a) {
+      if (tiles[a] == nullptr) continue;
+      p.dest[a] = b_.CreateSelect(misaligned, tiles[a], p.row[a]);
+      b_.CreateAlignmentAssumption(m_.getDataLayout(), p.dest[a], kLineBytes);
+    }
+    return p;
+  }
+
+  void copy_out_of_tiles(const std::vector<Value*>& tiles, const Placement& p) {
+    auto* copy = llvm::BasicBlock::Create(ctx_, "untile", fn_);
+    auto* done = llvm::BasicBlock::Create(ctx_, "untile.done", fn_);
+    b_.CreateCondBr(p.misaligned, copy, done);
+    b_.SetInsertPoint(copy);
+    // The tiles may have been written non-temporally too.
+    b_.CreateFence(llvm::AtomicOrdering::SequentiallyConsistent);
+    for (size_t a = 0; a < tiles.size(); ++a) {
+      if (tiles[a] == nullptr) continue;
+      const int64_t size = ir::dtype_size(k_.accesses[a].dtype);
+      b_.CreateMemCpy(p.row[a], llvm::MaybeAlign(size), tiles[a], llvm::MaybeAlign(kLineBytes),
+                      b_.CreateMul(p.count, b_.getInt64(size)));
+    }
+    b_.CreateBr(done);
+    b_.SetInsertPoint(done);
   }
 
   bool uses_float_sincos() const {
@@ -933,6 +1040,27 @@ class Lowering {
 
 void lower_to_llvm(const ir::Kernel& kernel, const std::string& symbol, llvm::Module& module, bool fast_math) {
   Lowering(kernel, module, fast_math).emit(symbol);
+}
+
+int mark_streaming_stores(llvm::Module& module) {
+  const llvm::DataLayout& layout = module.getDataLayout();
+  llvm::MDNode* one = llvm::MDNode::get(module.getContext(), {llvm::ConstantAsMetadata::get(
+      llvm::ConstantInt::get(llvm::Type::getInt32Ty(module.getContext()), 1))});
+  int marked = 0;
+  for (llvm::Function& fn : module) {
+    for (llvm::BasicBlock& block : fn) {
+      for (llvm::Instruction& inst : block) {
+        auto* st = llvm::dyn_cast<llvm::StoreInst>(&inst);
+        if (st == nullptr || !st->getValueOperand()->getType()->isVectorTy()) continue;
+        // An under-aligned non-temporal vector store is split down to
+        // scalar movnti on x86: only whole, aligned vectors.
+        if (st->getAlign().value() < layout.getTypeStoreSize(st->getValueOperand()->getType())) continue;
+        st->setMetadata(llvm::LLVMContext::MD_nontemporal, one);
+        ++marked;
+      }
+    }
+  }
+  return marked;
 }
 
 }  // namespace kiln::codegen

@@ -16,4 +16,9 @@ namespace kiln::codegen {
 // cannot lower.
 void lower_to_llvm(const ir::Kernel& kernel, const std::string& symbol, llvm::Module& module, bool fast_math);
 
+// After optimization, for a kernel with streaming_stores: makes its vector
+// stores whose alignment was proven (from lower_to_llvm's assumptions, by
+// infer-alignment) non-temporal. Returns how many it marked.
+int mark_streaming_stores(llvm::Module& module);
+
 }  // namespace kiln::codegen

@@ -45,6 +45,7 @@ void configure_lazy_mode() {
   const Settings& s = settings();
   engine::Options o;
   o.fusion.max_ops = s.fusion_max_ops;
+  o.fusion.stream_min_bytes = s.stream_min_mb << 20;
   o.codegen.fast_math = s.fast_math;
   o.num_threads = s.num_threads;
   o.dump_dir = s.dump_dir;

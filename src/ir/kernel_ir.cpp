@@ -181,11 +181,28 @@ void validate(const Kernel& k) {
       invalid("a row-level store of an element-level value");
     }
   }
+  if (k.streaming_stores && !can_stream_stores(k)) {
+    invalid("streaming stores need a pointwise kernel whose stores are contiguous and to buffers it does not load");
+  }
+}
+
+bool can_stream_stores(const Kernel& k) {
+  if (k.reduce_rank != 0 || k.stores.empty()) return false;
+  std::vector<bool> stored(k.num_buffers, false);
+  for (const Store& s : k.stores) {
+    if (k.accesses[s.access].inner != Inner::Contiguous) return false;
+    stored[k.accesses[s.access].buffer] = true;
+  }
+  for (const Node& n : k.nodes) {
+    if (n.op == Op::Load && stored[k.accesses[n.arg].buffer]) return false;
+  }
+  return true;
 }
 
 std::string to_text(const Kernel& k) {
   std::ostringstream os;
-  os << "kernel rank=" << k.rank << " reduce_rank=" << k.reduce_rank << " buffers=" << k.num_buffers << "\n";
+  os << "kernel rank=" << k.rank << " reduce_rank=" << k.reduce_rank << " buffers=" << k.num_buffers
+     << (k.streaming_stores ? " streaming-stores" : "") << "\n";
   for (size_t i = 0; i < k.scalars.size(); ++i) os << "  scalar s" << i << ": " << dtype_name(k.scalars[i]) << "\n";
   static const char* inner[] = {"contiguous", "broadcast", "strided"};
   for (size_t i = 0; i < k.accesses.size(); ++i) {
@@ -219,9 +236,10 @@ void put(std::string& out, int64_t v) { out.append(reinterpret_cast<const char*>
 }  // namespace
 
 std::string serialize(const Kernel& k) {
-  std::string out = "kir1";
+  std::string out = "kir2";
   put(out, k.rank);
   put(out, k.reduce_rank);
+  put(out, k.streaming_stores);
   put(out, k.num_buffers);
   put(out, static_cast<int64_t>(k.scalars.size()));
   for (DType t : k.scalars) put(out, static_cast<int64_t>(t));

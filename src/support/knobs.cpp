@@ -44,6 +44,9 @@ const std::vector<KnobSpec>& knob_table() {
       {"KILN_NUM_THREADS", KnobKind::Integer, "auto",
        "Threads a compiled kernel splits its iteration space over; auto = the machine's cores.", 1, 256, {},
        "auto"},
+      {"KILN_STREAM_MIN_MB", KnobKind::Integer, "auto",
+       "A pointwise kernel launch that stores at least this many MiB writes them with non-temporal stores, "
+       "which bypass the cache; 0: never; auto = 4 per KILN_NUM_THREADS thread.", 0, 1 << 20, {}, "auto"},
       {"KILN_DUMP_DIR", KnobKind::Path, "",
        "Directory where the Kernel IR and LLVM IR of every compiled region are written (empty: off)."},
   };
@@ -234,6 +237,8 @@ Settings parse_settings(const std::optional<std::map<std::string, std::string>>&
   s.fast_math = values["KILN_FAST_MATH"] == "1";
   const std::string& threads = values["KILN_NUM_THREADS"];
   s.num_threads = threads == "auto" ? auto_num_threads() : static_cast<int>(*parse_int(threads));
+  const std::string& stream = values["KILN_STREAM_MIN_MB"];
+  s.stream_min_mb = stream == "auto" ? 4 * int64_t{s.num_threads} : *parse_int(stream);
   s.dump_dir = values["KILN_DUMP_DIR"];
   return s;
 }

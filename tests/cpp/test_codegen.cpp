@@ -1,6 +1,8 @@
 // Codegen: hand-built Kernel IR compiled by LLVM and run on host arrays.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <random>
 
 #include <cmath>
@@ -490,4 +492,104 @@ TEST(Codegen, LibmCallsUseTheAvx512VectorVariants) {
       for (int i = 0; i < n; ++i) EXPECT_NEAR(outs[i], std::log(xs[i]), 1e-15 * std::fabs(std::log(xs[i])) + 1e-16);
     }
   }
+}
+
+namespace {
+
+// y = x * 2 + 1 (float32) and m = x > 0 (bool) from a float32 x, rank 1 or 2.
+ir::Kernel affine_and_sign(int rank, bool streaming) {
+  test::KernelBuilder b(rank);
+  int x = b.access(DType::Float32, ir::Inner::Contiguous);
+  int y = b.access(DType::Float32, ir::Inner::Contiguous);
+  int m = b.access(DType::Bool, ir::Inner::Contiguous);
+  int v = b.load(x);
+  b.store(y, b.node(Op::Add, DType::Float32, b.node(Op::Mul, DType::Float32, v, b.constant(DType::Float32, 2)),
+                    b.constant(DType::Float32, 1)));
+  b.store(m, b.node(Op::Gt, DType::Bool, v, b.constant(DType::Float32, 0)));
+  b.k.streaming_stores = streaming;
+  return b.k;
+}
+
+// 64-byte aligned host memory, as the device pool hands out.
+template <typename T>
+struct Aligned {
+  T* data;
+  size_t n;
+  Aligned(size_t count, T fill) : data(static_cast<T*>(std::aligned_alloc(64, (count * sizeof(T) + 63) / 64 * 64))), n(count) {
+    std::fill(data, data + n, fill);
+  }
+  ~Aligned() { std::free(data); }
+  bool operator==(const Aligned& o) const { return std::memcmp(data, o.data, n * sizeof(T)) == 0; }
+};
+
+}  // namespace
+
+// Streaming kernels' vector stores are non-temporal; other kernels' are not.
+TEST(Codegen, StreamingStoresAreNonTemporal) {
+  const std::string streamed = codegen::compile(affine_and_sign(1, true), "kiln_nt", {}, true).llvm_ir;
+  const std::string cached = codegen::compile(affine_and_sign(1, false), "kiln_t", {}, true).llvm_ir;
+  EXPECT_NE(streamed.find("store <16 x float>"), std::string::npos) << streamed;
+  EXPECT_NE(streamed.find("align 64, !alias.scope"), std::string::npos) << streamed;
+  EXPECT_NE(streamed.find("!nontemporal"), std::string::npos) << streamed;
+  EXPECT_EQ(cached.find("!nontemporal"), std::string::npos) << cached;
+}
+
+// Whatever the outputs' alignment (runs that start mid-line go through the
+// tiles), the length or the split into pieces, a streaming kernel writes
+// exactly what the cached one does, and nothing else.
+TEST(Codegen, StreamingStoresMatchCachedStoresAtAnyAlignment) {
+  Compiled streamed(affine_and_sign(1, true)), cached(affine_and_sign(1, false));
+  const int64_t most = 5000, slack = 80;  // more than a 4 KiB tile of floats
+  Aligned<float> x(most, 0.f);
+  for (int64_t i = 0; i < most; ++i) x.data[i] = static_cast<float>((i * 37) % 101 - 50) * 0.25f;
+  for (int64_t y_off : {0, 1, 3, 15, 16, 17}) {
+    for (int64_t m_off : {y_off, (y_off * 5 + 3) % 64}) {  // alike and differently misaligned
+      for (int64_t n : {0, 1, 15, 16, 129, 1000, 5000}) {
+        for (int64_t cut : {int64_t{0}, n / 3}) {
+          Aligned<float> y_s(most + slack, -7.f), y_c(most + slack, -7.f);
+          Aligned<uint8_t> m_s(most + slack, 9), m_c(most + slack, 9);
+          const std::vector<int64_t> ints = {n, 0, 1, y_off, 1, m_off, 1};
+          for (auto [from, to] : {std::pair{int64_t{0}, cut}, std::pair{cut, n}}) {
+            streamed({x.data, y_s.data, m_s.data}, ints, {}, from, to);
+            cached({x.data, y_c.data, m_c.data}, ints, {}, from, to);
+          }
+          EXPECT_TRUE(y_s == y_c) << "y at " << y_off << ", m at " << m_off << ", n " << n << ", cut " << cut;
+          EXPECT_TRUE(m_s == m_c) << "y at " << y_off << ", m at " << m_off << ", n " << n << ", cut " << cut;
+          if (n > 0) EXPECT_EQ(y_s.data[y_off + n - 1], x.data[n - 1] * 2 + 1);
+        }
+      }
+    }
+  }
+  // Rows of 1001: every row starts on a different part of a line.
+  Compiled streamed2(affine_and_sign(2, true)), cached2(affine_and_sign(2, false));
+  const int64_t rows = 5, cols = 1001;
+  Aligned<float> x2(rows * cols, 0.f), y_s(rows * cols + slack, 0.f), y_c(rows * cols + slack, 0.f);
+  Aligned<uint8_t> m_s(rows * cols + slack, 0), m_c(rows * cols + slack, 0);
+  for (int64_t i = 0; i < rows * cols; ++i) x2.data[i] = static_cast<float>(i % 13) - 6.f;
+  const std::vector<int64_t> ints = {rows, cols, 0, cols, 1, 5, cols, 1, 2, cols, 1};
+  streamed2({x2.data, y_s.data, m_s.data}, ints, {}, 0, rows * cols);
+  cached2({x2.data, y_c.data, m_c.data}, ints, {}, 0, rows * cols);
+  EXPECT_TRUE(y_s == y_c);
+  EXPECT_TRUE(m_s == m_c);
+}
+
+// sin/cos's exact rerun of a run (arguments past the float reduction's
+// limit) stores over what the streaming loop stored.
+TEST(Codegen, StreamingStoresAndTheExactSinCosRerunAgree) {
+  auto sin_kernel = [](bool streaming) {
+    test::KernelBuilder b(1);
+    int x = b.access(DType::Float32, ir::Inner::Contiguous);
+    int out = b.access(DType::Float32, ir::Inner::Contiguous);
+    b.store(out, b.node(Op::Sin, DType::Float32, b.load(x)));
+    b.k.streaming_stores = streaming;
+    return b.k;
+  };
+  Compiled streamed(sin_kernel(true)), cached(sin_kernel(false));
+  const int64_t n = 3000;
+  Aligned<float> x(n, 0.f), s(n, 0.f), c(n, 0.f);
+  for (int64_t i = 0; i < n; ++i) x.data[i] = i == 2500 ? 1.25e8f : 0.01f * static_cast<float>(i);
+  streamed({x.data, s.data}, {n, 0, 1, 0, 1}, {}, 0, n);
+  cached({x.data, c.data}, {n, 0, 1, 0, 1}, {}, 0, n);
+  EXPECT_TRUE(s == c);
+  EXPECT_NEAR(s.data[2500], std::sin(1.25e8), 2e-7);
 }

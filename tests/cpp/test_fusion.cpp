@@ -407,6 +407,24 @@ TEST(Fusion, ContiguousShapesShareOneKernel) {
   EXPECT_EQ(a.scalars, std::vector<double>{3});
 }
 
+// A launch storing at least Options::stream_min_bytes streams its stores,
+// unless it writes in place (the lines it writes were just read).
+TEST(Fusion, LargeLaunchesStreamTheirStores) {
+  auto plan_of = [](int64_t n, int64_t min_bytes, bool in_place) {
+    TraceBuilder tb;
+    int32_t x = tb.buffer(n, false), y = in_place ? x : tb.buffer(n);
+    tb.with_scalar(Op::Mul, TraceBuilder::view(x, {n}, {n}), 3, TraceBuilder::view(y, {n}, {n}), {n});
+    fusion::Options o;
+    o.stream_min_bytes = min_bytes;
+    if (min_bytes != 0) EXPECT_NE(fusion::plan_signature(tb.t, o), fusion::plan_signature(tb.t, {}));
+    return fusion::plan(tb.t, o).kernels.at(0).kernel;
+  };
+  EXPECT_TRUE(plan_of(1024, 4096, false).streaming_stores);
+  EXPECT_FALSE(plan_of(1023, 4096, false).streaming_stores);
+  EXPECT_FALSE(plan_of(1024, 4096, true).streaming_stores);
+  EXPECT_FALSE(plan_of(1 << 20, 0, false).streaming_stores);  // 0: never
+}
+
 TEST(Fusion, OpsWhoseStoresAllDiedCompileNothing) {
   TraceBuilder tb;
   const std::vector<int64_t> s = {8};

@@ -78,3 +78,29 @@ TEST(KernelIr, RowLevelNodesFollowTheirInputs) {
   EXPECT_TRUE(level[row]);
   EXPECT_FALSE(level[elem]);
 }
+
+// Streaming stores write whole lines of outputs nothing in the kernel reads.
+TEST(KernelIr, StreamingStoresOnlyWhereTheyCanStream) {
+  ir::Kernel k = axpy(DType::Float32);
+  EXPECT_TRUE(ir::can_stream_stores(k));
+  k.streaming_stores = true;
+  EXPECT_NO_THROW(ir::validate(k));
+  EXPECT_NE(ir::serialize(k), ir::serialize(axpy(DType::Float32)));
+  EXPECT_NE(ir::to_text(k).find("streaming-stores"), std::string::npos);
+
+  ir::Kernel strided = k;
+  strided.accesses[2].inner = ir::Inner::Strided;  // partial lines
+  EXPECT_FALSE(ir::can_stream_stores(strided));
+  EXPECT_THROW(ir::validate(strided), std::invalid_argument);
+
+  ir::Kernel in_place = k;
+  in_place.accesses[2].buffer = 0;  // out is x: its lines are cached by the loads
+  EXPECT_FALSE(ir::can_stream_stores(in_place));
+  EXPECT_THROW(ir::validate(in_place), std::invalid_argument);
+
+  test::KernelBuilder rows(2, 1);
+  int x = rows.access(DType::Float32, ir::Inner::Contiguous);
+  int out = rows.access(DType::Float32, ir::Inner::Contiguous, /*row_invariant=*/true);
+  rows.store(out, rows.reduce(ir::ReduceKind::Sum, DType::Float32, rows.load(x)));
+  EXPECT_FALSE(ir::can_stream_stores(rows.k));
+}

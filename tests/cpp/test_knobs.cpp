@@ -23,7 +23,7 @@ const std::vector<std::string> kAllKnobs = {
     "KILN_DEVICE_NAME", "KILN_DEVICE_COUNT", "KILN_DEVICE_MEMORY_MB", "KILN_LAUNCH_BLOCKING",
     "KILN_FALLBACK",    "KILN_METRICS",      "KILN_LOG",              "KILN_MODE",
     "KILN_TRACE_MAX_OPS", "KILN_FUSION_MAX_OPS", "KILN_FAST_MATH",     "KILN_NUM_THREADS",
-    "KILN_DUMP_DIR",
+    "KILN_STREAM_MIN_MB", "KILN_DUMP_DIR",
 };
 
 bool contains(const std::string& haystack, const std::string& needle) {
@@ -261,4 +261,14 @@ TEST(Knobs, AdaptiveEagerKnobsParse) {
   EXPECT_THROW(parse_settings(std::map<std::string, std::string>{{"KILN_MODE", "jit"}}), KnobError);
   EXPECT_THROW(parse_settings(std::map<std::string, std::string>{{"KILN_NUM_THREADS", "0"}}), KnobError);
   EXPECT_THROW(parse_settings(std::map<std::string, std::string>{{"KILN_FUSION_MAX_OPS", "many"}}), KnobError);
+}
+
+TEST(Knobs, StreamingThresholdIsFourMiBPerThreadUnlessSet) {
+  using namespace kiln;
+  using M = std::map<std::string, std::string>;
+  EXPECT_EQ(parse_settings(M{{"KILN_NUM_THREADS", "3"}}).stream_min_mb, 12);
+  EXPECT_EQ(parse_settings(M{{"KILN_NUM_THREADS", "3"}, {"KILN_STREAM_MIN_MB", "0"}}).stream_min_mb, 0);
+  EXPECT_EQ(parse_settings(M{{"KILN_STREAM_MIN_MB", "64"}}).stream_min_mb, 64);
+  EXPECT_THROW(parse_settings(M{{"KILN_STREAM_MIN_MB", "-1"}}), KnobError);
+  EXPECT_THROW(parse_settings(M{{"KILN_STREAM_MIN_MB", "big"}}), KnobError);
 }

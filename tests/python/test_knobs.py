@@ -12,6 +12,7 @@ BAD_VALUES = [
     ("KILN_DEVICE_MEMORY_MB", "lots"), ("KILN_DEVICE_MEMORY_MB", "0"),
     ("KILN_LAUNCH_BLOCKING", "yes"), ("KILN_FALLBACK", "loud"), ("KILN_METRICS", "2"),
     ("KILN_LOG", "everything"), ("KILN_DEVICE_NAME", "Bad Name"), ("KILN_DEVICE_NAME", "cuda"),
+    ("KILN_STREAM_MIN_MB", "-1"), ("KILN_STREAM_MIN_MB", "8MB"),
 ]
 
 

@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 
 import kiln
+from conftest import run_python
 
 pytestmark = pytest.mark.skipif(kiln.mode() != "lazy", reason="lazy mode only")
 DEVICE = kiln.DEVICE_NAME
@@ -198,7 +199,6 @@ def test_pointwise_chain_peak_memory_is_no_higher_than_eager():
 
 
 def test_fusion_log_and_dump_dir(tmp_path):
-    from conftest import run_python
     code = ("import torch, kiln; x = torch.randn(100, device='%s'); print(((x * 2).exp() + 1).sum().item())"
             % DEVICE)
     r = run_python(code, env={"KILN_LOG": "fusion", "KILN_DUMP_DIR": str(tmp_path)})
@@ -209,6 +209,30 @@ def test_fusion_log_and_dump_dir(tmp_path):
     assert kir and ll
     assert "exp.f32" in kir[0].read_text()
     assert "define void @kiln_" in ll[0].read_text()
+
+
+def test_large_outputs_stream_and_give_cpus_results(tmp_path):
+    # KILN_STREAM_MIN_MB=1: launches storing 1 MiB or more write around the
+    # cache; fresh outputs start on a line, views at odd offsets do not.
+    code = f"""
+import torch
+torch.manual_seed(0)
+x = torch.randn(300_000)
+d = x.to('{DEVICE}')
+checks = [((d * 1.5 + 0.25).cpu(), x * 1.5 + 0.25), ((d > 0.1).cpu(), x > 0.1),
+          (torch.tanh(torch.exp(torch.sin(d) * d)).cpu(), torch.tanh(torch.exp(torch.sin(x) * x)))]
+for off in (1, 3, 16, 17):
+    big_d = torch.zeros(300_064, device='{DEVICE}'); big_d[off:off + 300_000].copy_(d * 2)
+    big = torch.zeros(300_064); big[off:off + 300_000].copy_(x * 2)
+    checks.append((big_d.cpu(), big))
+assert all(torch.allclose(g.double(), w.double(), rtol=1e-5, atol=1e-6) for g, w in checks)
+print('ok', len(checks))
+"""
+    r = run_python(code, env={"KILN_STREAM_MIN_MB": "1", "KILN_DUMP_DIR": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["ok", "7"]
+    streamed = [p for p in tmp_path.glob("*.kir") if "streaming-stores" in p.read_text()]
+    assert len(streamed) >= 3, [p.read_text() for p in tmp_path.glob("*.kir")]
 
 
 def test_unwritable_dump_dir_is_refused_at_import():
