@@ -160,7 +160,8 @@ def micro_benchmarks(binary, quick):
         return {"error": out.stderr[-2000:]}
     data = json.loads(out.stdout)
     return {"context": data.get("context", {}), "benchmarks": [
-        {k: b[k] for k in ("name", "real_time", "cpu_time", "time_unit", "items_per_second", "bytes_per_second")
+        {k: b[k] for k in ("name", "real_time", "cpu_time", "time_unit", "items_per_second", "bytes_per_second",
+                           "cached_ms", "streaming_ms", "speedup")
          if k in b} for b in data["benchmarks"]]}
 
 

@@ -593,10 +593,8 @@ class Lowering {
     for (const ir::Store* st : stores) values.push_back(value(st->value, s));
     for (size_t i = 0; i < stores.size(); ++i) {
       Value* v = values[i];
-      const ir::Access& a = k_.accesses[stores[i]->access];
-      if (a.dtype == DType::Bool) v = b_.CreateZExt(v, b_.getInt8Ty());
-      auto* store = b_.CreateStore(v, address(stores[i]->access, s));
-      mark_buffer(store, a.buffer);
+      if (k_.accesses[stores[i]->access].dtype == DType::Bool) v = b_.CreateZExt(v, b_.getInt8Ty());
+      mark_buffer(b_.CreateStore(v, address(stores[i]->access, s)), k_.accesses[stores[i]->access].buffer);
     }
   }
   std::vector<const ir::Store*> stores_where(bool row_invariant) {
