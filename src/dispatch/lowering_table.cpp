@@ -13,6 +13,7 @@
 #include <c10/core/DefaultDtype.h>
 
 #include <cmath>
+#include <limits>
 #include <string>
 #include <unordered_map>
 
@@ -220,6 +221,17 @@ void copy_cast(LowerCtx& c) {
   const at::Tensor& src = c.tensor(0);
   if (c.out(0).device() != src.device()) throw Decline{};
   c.store(0, c.value(0, LowerCtx::dtype(src.scalar_type())));
+}
+
+// isposinf / isneginf: x == +inf / -inf; never for integers and bool.
+void equals_infinity(LowerCtx& c, double sign) {
+  c.pointwise_space();
+  DType t = compute_of(c, {0});
+  if (!ir::is_floating(t)) {
+    c.store(0, c.c(0, DType::Bool));
+    return;
+  }
+  c.store(0, c.n(Op::Eq, DType::Bool, c.value(0, t), c.c(sign * std::numeric_limits<double>::infinity(), t)));
 }
 
 // ---- activations (eager's CPU formulas)
@@ -538,6 +550,8 @@ const std::unordered_map<std::string, Lower>& table() {
       {"clamp_max", [](LowerCtx& c) { clamp_one(c, false); }},
       {"isnan", [](LowerCtx& c) { c.pointwise_space(); DType t = compute_of(c, {0}); c.store(0, c.n(Op::IsNan, DType::Bool, c.value(0, t))); }},
       {"isinf", [](LowerCtx& c) { c.pointwise_space(); DType t = compute_of(c, {0}); c.store(0, c.n(Op::IsInf, DType::Bool, c.value(0, t))); }},
+      {"isposinf", [](LowerCtx& c) { equals_infinity(c, 1); }},
+      {"isneginf", [](LowerCtx& c) { equals_infinity(c, -1); }},
       // unary
       {"neg", [](LowerCtx& c) { unary(c, Op::Neg, false); }},
       {"abs", [](LowerCtx& c) { unary(c, Op::Abs, false); }},

@@ -235,6 +235,16 @@ print('ok', len(checks))
     assert len(streamed) >= 3, [p.read_text() for p in tmp_path.glob("*.kir")]
 
 
+def test_isposinf_and_isneginf_are_traced():
+    x = torch.tensor([1.0, math.inf, -math.inf, math.nan, -0.0])
+    for dtype in (torch.float32, torch.bfloat16, torch.int64):
+        d = x.to(dtype) if dtype.is_floating_point else torch.tensor([1, -2, 3])
+        kiln.metrics.reset()
+        got = (torch.isposinf(d.to(DEVICE)).cpu(), torch.isneginf(d.to(DEVICE)).cpu())
+        assert torch.equal(got[0], torch.isposinf(d)) and torch.equal(got[1], torch.isneginf(d)), dtype
+        assert kiln.metrics.counters().get("library_kernels", {}) == {}, dtype
+
+
 def test_unwritable_dump_dir_is_refused_at_import():
     from conftest import run_python
     r = run_python("import torch, kiln", env={"KILN_DUMP_DIR": "/proc/no-such-dir/kiln"})
