@@ -34,7 +34,7 @@ namespace kiln::codegen {
 namespace {
 
 // Bump when generated code changes for the same IR: old cached objects must not match.
-constexpr const char* kCodegenVersion = "kiln-codegen-4";
+constexpr const char* kCodegenVersion = "kiln-codegen-5";
 
 std::string error_text(llvm::Error e) {
   std::string s;

@@ -365,8 +365,11 @@ class Lowering {
   // (sin) or 2n + 1 (cos), |r| <= pi/2, then one odd polynomial (SLEEF's
   // sinf_u35; measured within 1.7 ulp) instead of a sin and a cos polynomial and a
   // quadrant select. This path reduces in double with FMAs (pi/2 in two
-  // parts): accurate while x / pi fits a double's integers (|x| < 2^50), where
-  // float inputs are multiples of 2^27 anyway. NaN and infinities give NaN.
+  // parts): accurate while x / pi fits a double's integers (|x| < 2^50).
+  // In the exact loop of a rerun, larger finite x branch to libm's double
+  // sin/cos (which reduce exactly); vector loops (in-place and row kernels)
+  // have no branch and keep the double reduction alone. NaN and infinities
+  // give NaN.
   Value* sincos_f32(Value* x, bool cosine) {
     if (sincos_out_of_range_) return sincos_f32_small(x, cosine);
     llvm::Type* f64 = b_.getDoubleTy();
@@ -377,8 +380,25 @@ class Lowering {
     Value* finite = b_.CreateFCmpOLT(intrinsic(llvm::Intrinsic::fabs, {n}), k(9.0e15));
     Value* ni = b_.CreateTrunc(b_.CreateFPToSI(b_.CreateSelect(finite, n, k(0)), i64_), b_.getInt32Ty());  // n may pass 2^31
     if (cosine) ni = b_.CreateAdd(ni, b_.getInt32(1));
-    return sin_reduced(b_.CreateFPTrunc(r, x->getType()), ni);
+    Value* reduced = sin_reduced(b_.CreateFPTrunc(r, x->getType()), ni);
+    if (!exact_rerun_) return reduced;
+    Value* ax = intrinsic(llvm::Intrinsic::fabs, {xd});
+    Value* huge = b_.CreateAnd(b_.CreateFCmpOGE(ax, k(kHugeSinLimit)),
+                               b_.CreateFCmpONE(ax, k(std::numeric_limits<double>::infinity())));
+    auto* from = b_.GetInsertBlock();
+    auto* call = llvm::BasicBlock::Create(ctx_, "sincos.huge", fn_);
+    auto* done = llvm::BasicBlock::Create(ctx_, "sincos.done", fn_);
+    b_.CreateCondBr(huge, call, done);
+    b_.SetInsertPoint(call);
+    Value* exact = b_.CreateFPTrunc(libm(cosine ? "cos" : "sin", {xd}), x->getType());
+    b_.CreateBr(done);
+    b_.SetInsertPoint(done);
+    auto* phi = b_.CreatePHI(x->getType(), 2);
+    phi->addIncoming(reduced, from);
+    phi->addIncoming(exact, call);
+    return phi;
   }
+  static constexpr double kHugeSinLimit = 1125899906842624.0;  // 2^50
 
   // The same in float alone, for |x| <= kSmallSinLimit: pi/2 in three float
   // parts, each product exact inside an FMA, reduces as accurately as the
@@ -785,7 +805,9 @@ class Lowering {
       b_.SetInsertPoint(exact);
       // After the first loop's non-temporal stores to the same addresses.
       if (!tiles.empty()) b_.CreateFence(llvm::AtomicOrdering::SequentiallyConsistent);
+      exact_rerun_ = true;
       run("j", Vectorize::Scalar);
+      exact_rerun_ = false;
       b_.CreateBr(done);
       b_.SetInsertPoint(done);
     }
@@ -1031,6 +1053,7 @@ class Lowering {
   std::vector<bool> row_level_;
   std::vector<Value*> results_, best_;
   Value* sincos_out_of_range_ = nullptr;  // set while emitting a loop with the float-only sin/cos
+  bool exact_rerun_ = false;  // set while emitting the exact loop that reruns a run (see sincos_f32)
   std::vector<llvm::MDNode*> scope_, noalias_;  // per pointer slot
 };
 

@@ -340,6 +340,19 @@ TEST(Codegen, SinCosBeyondTheFloatLimitFallsBackExactly) {
   EXPECT_NEAR(got[2], std::sin(2.0), 1e-7);
 }
 
+// Past 2^50, where a double no longer holds x / pi's integer part, the
+// rerun's scalar loop branches to libm's double sin/cos, up to the largest
+// float. (In-place kernels, which cannot rerun, reduce in double only:
+// accurate below 2^50.)
+TEST(Codegen, SinCosOfHugeFloatsReduceExactly) {
+  std::vector<float> xs = {0x1p50f, -0x1p50f, 0x1.000002p50f, 3e30f, -3e30f, 1e20f, 3.4e38f, -3.4e38f,
+                           std::ldexp(16367173.f, 72), 0.5f};  // the last but one nears a multiple of pi
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> exponent(50, 127.99);
+  for (int i = 0; i < 3000; ++i) xs.push_back(static_cast<float>((i % 2 ? -1 : 1) * std::exp2(exponent(rng))));
+  for (Op op : {Op::Sin, Op::Cos}) expect_libm_sincos(op, xs, run_unary(op, xs, false), "huge arguments");
+}
+
 // A width hint on a loop LLVM cannot vectorize (erfcf has no vector variant)
 // makes LLVM emit a remark; kiln drops it instead of printing to stderr.
 TEST(Codegen, CompilingPrintsNothing) {
