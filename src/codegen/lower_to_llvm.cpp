@@ -747,7 +747,8 @@ class Lowering {
     // In the entry block, so that they become a register (an or-reduction)
     // and stack slots.
     Value* out_of_range = uses_float_sincos() && may_rerun() ? b_.CreateAlloca(b_.getInt1Ty()) : nullptr;
-    const std::vector<Value*> tiles = k_.streaming_stores ? make_tiles() : std::vector<Value*>{};
+    const bool streams = k_.streaming_stores;
+    const std::vector<Value*> tiles = streams ? make_tiles() : std::vector<Value*>{};
     auto* pre = b_.GetInsertBlock();
     auto* head = llvm::BasicBlock::Create(ctx_, "run.head", fn_);
     auto* body = llvm::BasicBlock::Create(ctx_, "run.body", fn_);
@@ -769,7 +770,7 @@ class Lowering {
       row_base.push_back(b_.CreateAdd(off, b_.CreateMul(start, strides_[a][R - 1])));
     }
     Placement placed;
-    if (!tiles.empty()) {
+    if (streams) {
       placed = place_run(tiles, count, row_base);
       count = placed.count;
     }
@@ -804,21 +805,21 @@ class Lowering {
       b_.CreateCondBr(b_.CreateLoad(b_.getInt1Ty(), out_of_range), exact, done);
       b_.SetInsertPoint(exact);
       // After the first loop's non-temporal stores to the same addresses.
-      if (!tiles.empty()) b_.CreateFence(llvm::AtomicOrdering::SequentiallyConsistent);
+      if (streams) b_.CreateFence(llvm::AtomicOrdering::SequentiallyConsistent);
       exact_rerun_ = true;
       run("j", Vectorize::Scalar);
       exact_rerun_ = false;
       b_.CreateBr(done);
       b_.SetInsertPoint(done);
     }
-    if (!tiles.empty()) copy_out_of_tiles(tiles, placed);
+    if (streams) copy_out_of_tiles(tiles, placed);
     i->addIncoming(b_.CreateAdd(i, count), b_.GetInsertBlock());
     b_.CreateBr(head);
     b_.SetInsertPoint(exit);
     // Non-temporal stores are weakly ordered: make them visible before the
     // caller signals that this piece is done (seq_cst is an mfence on x86;
     // weaker fences emit nothing there and would not order them).
-    if (!tiles.empty()) b_.CreateFence(llvm::AtomicOrdering::SequentiallyConsistent);
+    if (streams) b_.CreateFence(llvm::AtomicOrdering::SequentiallyConsistent);
   }
 
   // ------------------------------------------------------------ streaming stores
@@ -1063,11 +1064,10 @@ void lower_to_llvm(const ir::Kernel& kernel, const std::string& symbol, llvm::Mo
   Lowering(kernel, module, fast_math).emit(symbol);
 }
 
-int mark_streaming_stores(llvm::Module& module) {
+void mark_streaming_stores(llvm::Module& module) {
   const llvm::DataLayout& layout = module.getDataLayout();
   llvm::MDNode* one = llvm::MDNode::get(module.getContext(), {llvm::ConstantAsMetadata::get(
       llvm::ConstantInt::get(llvm::Type::getInt32Ty(module.getContext()), 1))});
-  int marked = 0;
   for (llvm::Function& fn : module) {
     for (llvm::BasicBlock& block : fn) {
       for (llvm::Instruction& inst : block) {
@@ -1077,11 +1077,9 @@ int mark_streaming_stores(llvm::Module& module) {
         // scalar movnti on x86: only whole, aligned vectors.
         if (st->getAlign().value() < layout.getTypeStoreSize(st->getValueOperand()->getType())) continue;
         st->setMetadata(llvm::LLVMContext::MD_nontemporal, one);
-        ++marked;
       }
     }
   }
-  return marked;
 }
 
 }  // namespace kiln::codegen

@@ -18,7 +18,7 @@ void lower_to_llvm(const ir::Kernel& kernel, const std::string& symbol, llvm::Mo
 
 // After optimization, for a kernel with streaming_stores: makes its vector
 // stores whose alignment was proven (from lower_to_llvm's assumptions, by
-// infer-alignment) non-temporal. Returns how many it marked.
-int mark_streaming_stores(llvm::Module& module);
+// infer-alignment) non-temporal.
+void mark_streaming_stores(llvm::Module& module);
 
 }  // namespace kiln::codegen
