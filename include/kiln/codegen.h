@@ -18,6 +18,10 @@ using KernelFn = void (*)(void* const* buffers, const int64_t* ints, const doubl
 
 struct Options {
   bool fast_math = false;  // KILN_FAST_MATH: reassociation, contraction, approximate functions
+  // kiln's own math may use AVX-512-only instructions (vscalefps in exp)
+  // where the host has them; false keeps it to the code every x86-64 with
+  // FMA runs (what hosts without AVX-512 get; tests check both agree).
+  bool avx512_math = true;
 };
 
 // What changes the machine code besides the IR: kiln's codegen version, LLVM

@@ -27,6 +27,7 @@
 #include <stdexcept>
 
 #include "codegen/lower_to_llvm.h"
+#include "codegen/scale_by_power_of_two.h"
 #include "codegen/vector_math_library.h"
 #include "kiln/codegen.h"
 
@@ -34,7 +35,7 @@ namespace kiln::codegen {
 namespace {
 
 // Bump when generated code changes for the same IR: old cached objects must not match.
-constexpr const char* kCodegenVersion = "kiln-codegen-5";
+constexpr const char* kCodegenVersion = "kiln-codegen-6";
 
 std::string error_text(llvm::Error e) {
   std::string s;
@@ -195,7 +196,8 @@ std::string environment_fingerprint(const Options& options) {
   }
   return std::string(kCodegenVersion) + ";llvm=" LLVM_VERSION_STRING ";triple=" + llvm::sys::getProcessTriple() +
          ";cpu=" + llvm::sys::getHostCPUName().str() + ";features=" + features +
-         ";fast_math=" + (options.fast_math ? "1" : "0") + ";opt=" + kPassPipeline + ";" + libmvec_fingerprint();
+         ";fast_math=" + (options.fast_math ? "1" : "0") +
+         ";avx512_math=" + (options.avx512_math ? "1" : "0") + ";opt=" + kPassPipeline + ";" + libmvec_fingerprint();
 }
 
 CompiledObject compile(const ir::Kernel& kernel, const std::string& symbol, const Options& options, bool want_ir) {
@@ -222,8 +224,9 @@ CompiledObject compile(const ir::Kernel& kernel, const std::string& symbol, cons
   llvm::Module module(symbol, ctx);
   module.setDataLayout(tm.createDataLayout());
   module.setTargetTriple(tm.getTargetTriple().str());
-  lower_to_llvm(kernel, symbol, module, options.fast_math);
+  lower_to_llvm(kernel, symbol, module, options);
   optimize(module, tm);
+  lower_scale_calls(module);
   if (kernel.streaming_stores) mark_streaming_stores(module);
   check("optimizing");
   CompiledObject out;

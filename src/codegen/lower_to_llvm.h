@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "kiln/codegen.h"
 #include "kiln/kernel_ir.h"
 
 namespace llvm {
@@ -14,7 +15,7 @@ namespace kiln::codegen {
 // Adds `symbol` (a KernelFn) computing `kernel` to `module`. Throws
 // std::invalid_argument for invalid IR, std::runtime_error for IR codegen
 // cannot lower.
-void lower_to_llvm(const ir::Kernel& kernel, const std::string& symbol, llvm::Module& module, bool fast_math);
+void lower_to_llvm(const ir::Kernel& kernel, const std::string& symbol, llvm::Module& module, const Options& options);
 
 // After optimization, for a kernel with streaming_stores: makes its vector
 // stores whose alignment was proven (from lower_to_llvm's assumptions, by

@@ -36,17 +36,11 @@ constexpr Function kFunctions[] = {
     {"erf", 1, false},   {"erfc", 1, false}, {"atan2", 2, false},
 };
 
-bool host_has_avx512() {
-  llvm::StringMap<bool> features = llvm::sys::getHostCPUFeatures();
-  auto it = features.find("avx512f");
-  return it != features.end() && it->second;
-}
-
 const std::vector<Mapping>& mappings() {
   static std::vector<Mapping> found;
   static std::once_flag once;
   std::call_once(once, [] {
-    if (!host_has_avx512()) return;
+    if (!host_has_cpu_feature("avx512f")) return;
     void* mvec = dlopen("libmvec.so.1", RTLD_LAZY | RTLD_LOCAL);
     if (mvec == nullptr) return;
     for (const Function& f : kFunctions) {
@@ -67,6 +61,12 @@ const std::vector<Mapping>& mappings() {
 }
 
 }  // namespace
+
+bool host_has_cpu_feature(const std::string& name) {
+  llvm::StringMap<bool> features = llvm::sys::getHostCPUFeatures();
+  auto it = features.find(name);
+  return it != features.end() && it->second;
+}
 
 void add_libmvec_avx512(llvm::TargetLibraryInfoImpl& tlii) {
   std::vector<llvm::VecDesc> descs;

@@ -8,6 +8,9 @@
 
 namespace kiln::codegen {
 
+// Whether the host CPU has `name` (LLVM's feature name: "avx512f", ...).
+bool host_has_cpu_feature(const std::string& name);
+
 // Adds the mappings for every variant this process's libmvec exports, when
 // the CPU has AVX-512; a no-op otherwise (calls then stay scalar).
 void add_libmvec_avx512(llvm::TargetLibraryInfoImpl& tlii);

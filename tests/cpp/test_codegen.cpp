@@ -286,12 +286,12 @@ TEST(Codegen, OwnMathFunctionsHandleTheEdges) {
 namespace {
 
 // `op` of float32 `xs` through one kernel; `in_place` stores into the input's buffer.
-std::vector<float> run_unary(Op op, std::vector<float> xs, bool in_place = false) {
+std::vector<float> run_unary(Op op, std::vector<float> xs, bool in_place = false, codegen::Options options = {}) {
   test::KernelBuilder b(1);
   int x = b.access(DType::Float32, ir::Inner::Contiguous);
   int out = in_place ? x : b.access(DType::Float32, ir::Inner::Contiguous);
   b.store(out, b.node(op, DType::Float32, b.load(x)));
-  Compiled run(b.k);
+  Compiled run(b.k, options);
   std::vector<float> outs(xs.size());
   const int64_t n = static_cast<int64_t>(xs.size());
   std::vector<int64_t> ints = in_place ? std::vector<int64_t>{n, 0, 1} : std::vector<int64_t>{n, 0, 1, 0, 1};
@@ -423,6 +423,81 @@ TEST(Codegen, OwnMathFunctionsStayWithinTheirStatedUlps) {
     EXPECT_LE(worst, bound.max_ulps) << ir::op_name(bound.op) << " on [" << bound.lo << ", " << bound.hi
                                      << "] at " << worst_at;
   }
+}
+
+// tanh is exactly +-1 wherever it saturates, never beyond, and within its
+// 5 ulp up to there, on every float from 7.8 to 9.5 (libm's float tanh is 1
+// from 9.01 on): in the vector body, and in the scalar loop (runs of 5).
+TEST(Codegen, TanhIsExactlyOneWhereItSaturates) {
+  std::vector<float> xs;
+  for (float x = 7.8f; x < 9.5f; x = std::nextafter(x, 10.f)) xs.push_back(x);
+  const size_t half = xs.size();
+  for (size_t i = 0; i < half; ++i) xs.push_back(-xs[i]);
+  std::vector<float> scalar(xs.size());
+  {
+    test::KernelBuilder b(1);
+    int x = b.access(DType::Float32, ir::Inner::Contiguous);
+    int out = b.access(DType::Float32, ir::Inner::Contiguous);
+    b.store(out, b.node(Op::Tanh, DType::Float32, b.load(x)));
+    Compiled run(b.k);
+    const int64_t n = static_cast<int64_t>(xs.size());
+    for (int64_t at = 0; at < n; at += 5) run({xs.data(), scalar.data()}, {n, 0, 1, 0, 1}, {}, at, std::min(n, at + 5));
+  }
+  const std::vector<float> vector = run_unary(Op::Tanh, xs);
+  bool saturated = false;
+  int ones = 0;
+  for (size_t i = 0; i < half; ++i) {
+    for (const std::vector<float>* outs : {&vector, static_cast<const std::vector<float>*>(&scalar)}) {
+      const float y = (*outs)[i];
+      ASSERT_LE(y, 1.f) << "tanh(" << xs[i] << ")";
+      ASSERT_EQ((*outs)[half + i], -y) << "tanh(" << xs[half + i] << ")";
+      ASSERT_LE(ulps(y, std::tanh(double(xs[i]))), 5.0) << "tanh(" << xs[i] << ")";
+    }
+    if (saturated) ASSERT_EQ(vector[i], 1.f) << "tanh(" << xs[i] << ") after tanh was 1 below it";
+    saturated = saturated || vector[i] == 1.f;
+    ones += vector[i] == 1.f;
+  }
+  EXPECT_GT(ones, 1000);  // it does saturate, well before 9.5
+}
+
+// With AVX-512, exp scales by 2^n with vscalefps, vectorized through kiln's
+// own call (llvm.ldexp does not vectorize); the portable path multiplies by
+// two halves of 2^n. Both round once: bit-identical results, subnormal and
+// overflowing ones included, for exp and for sigmoid and erf, which use it.
+TEST(Codegen, Avx512ExpScalingMatchesThePortableOneBitForBit) {
+  codegen::Options portable;
+  portable.avx512_math = false;
+  std::mt19937 gen(3);
+  std::uniform_real_distribution<float> dist(-110, 95);
+  std::vector<float> xs(4099);
+  for (float& x : xs) x = dist(gen);
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float edge : {-inf, inf, std::numeric_limits<float>::quiet_NaN(), -103.9f, -87.4f, 88.72f, 88.73f, 0.f, -0.f}) {
+    xs.push_back(edge);
+  }
+  for (Op op : {Op::Exp, Op::Sigmoid, Op::Erf}) {
+    const std::vector<float> fast = run_unary(op, xs), slow = run_unary(op, xs, false, portable);
+    for (size_t i = 0; i < xs.size(); ++i) {
+      if (std::isnan(slow[i])) {
+        EXPECT_TRUE(std::isnan(fast[i])) << ir::op_name(op) << "(" << xs[i] << ")";
+      } else {
+        EXPECT_EQ(fast[i], slow[i]) << ir::op_name(op) << "(" << xs[i] << ")";
+      }
+    }
+  }
+  test::KernelBuilder b(1);
+  int x = b.access(DType::Float32, ir::Inner::Contiguous);
+  int out = b.access(DType::Float32, ir::Inner::Contiguous);
+  b.store(out, b.node(Op::Exp, DType::Float32, b.load(x)));
+  const std::string fast_ir = codegen::compile(b.k, "kiln_exp", {}, true).llvm_ir;
+  const std::string slow_ir = codegen::compile(b.k, "kiln_exp", portable, true).llvm_ir;
+  EXPECT_EQ(slow_ir.find("scalef"), std::string::npos) << slow_ir;
+  EXPECT_EQ(fast_ir.find("kiln_scalef"), std::string::npos) << "a call was left for the linker:\n" << fast_ir;
+  if (codegen::environment_fingerprint({}).find("+avx512vl,") != std::string::npos) {
+    EXPECT_NE(fast_ir.find("llvm.x86.avx512.mask.scalef.ps.512"), std::string::npos) << fast_ir;  // the vector body
+    EXPECT_NE(fast_ir.find("llvm.x86.avx512.mask.scalef.ss"), std::string::npos) << fast_ir;      // the remainder
+  }
+  EXPECT_NE(codegen::environment_fingerprint({}), codegen::environment_fingerprint(portable));
 }
 
 // sigmoid and erf use kiln's own exp: LLVM would expand a vector llvm.exp
