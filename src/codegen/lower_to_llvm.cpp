@@ -17,6 +17,7 @@
 #include <llvm/IR/Verifier.h>
 #include <llvm/Support/raw_ostream.h>
 
+#include <bit>
 #include <functional>
 #include <limits>
 #include <stdexcept>
@@ -383,7 +384,7 @@ class Lowering {
   // have no branch and keep the double reduction alone. NaN and infinities
   // give NaN.
   Value* sincos_f32(Value* x, bool cosine) {
-    if (sincos_out_of_range_) return sincos_f32_small(x, cosine);
+    if (largest_sincos_argument_) return sincos_f32_small(x, cosine);
     llvm::Type* f64 = b_.getDoubleTy();
     auto k = [&](double v) { return fconst(f64, v); };
     Value* xd = b_.CreateFPExt(x, f64);
@@ -416,14 +417,17 @@ class Lowering {
   // parts, each product exact inside an FMA, reduces as accurately as the
   // double path there (x - q*P1 is exact: a multiple of P1's ulp below 2).
   // n is rounded by adding 1.5 * 2^23, which leaves it in the low mantissa
-  // bits. About twice as fast: no conversions, full-width vectors. Arguments
-  // beyond the limit (and infinities) set the flag, and the caller reruns the
-  // loop on the double path.
+  // bits. About twice as fast: no conversions, full-width vectors. The loop
+  // keeps the largest |x| (as its bits, an unsigned maximum: two vector
+  // instructions, where a compare into a mask register and an OR of masks
+  // took three and spilled mask registers); the caller reruns the loop on
+  // the double path when it passed the limit (so do infinities and NaN).
   Value* sincos_f32_small(Value* x, bool cosine) {
     llvm::Type* f32 = x->getType();
     auto k = [&](double v) { return fconst(f32, v); };
-    Value* big = b_.CreateFCmpOGT(intrinsic(llvm::Intrinsic::fabs, {x}), k(kSmallSinLimit));  // NaN: no
-    b_.CreateStore(b_.CreateOr(b_.CreateLoad(b_.getInt1Ty(), sincos_out_of_range_), big), sincos_out_of_range_);
+    Value* magnitude = b_.CreateAnd(b_.CreateBitCast(x, b_.getInt32Ty()), b_.getInt32(0x7fffffff));
+    Value* largest = b_.CreateLoad(b_.getInt32Ty(), largest_sincos_argument_);
+    b_.CreateStore(intrinsic(llvm::Intrinsic::umax, {largest, magnitude}), largest_sincos_argument_);
     Value* t = cosine ? b_.CreateFAdd(muladd(x, k(kInvPi), k(-0.5)), k(kRoundMagic))
                       : intrinsic(llvm::Intrinsic::fma, {x, k(kInvPi), k(kRoundMagic)});
     Value* n = b_.CreateFSub(t, k(kRoundMagic));
@@ -758,7 +762,7 @@ class Lowering {
     const int R = k_.rank;
     // In the entry block, so that they become a register (an or-reduction)
     // and stack slots.
-    Value* out_of_range = uses_float_sincos() && may_rerun() ? b_.CreateAlloca(b_.getInt1Ty()) : nullptr;
+    Value* largest_sincos_argument = uses_float_sincos() && may_rerun() ? b_.CreateAlloca(b_.getInt32Ty()) : nullptr;
     const bool streams = k_.streaming_stores;
     const std::vector<Value*> tiles = streams ? make_tiles() : std::vector<Value*>{};
     auto* pre = b_.GetInsertBlock();
@@ -800,7 +804,7 @@ class Lowering {
         store_all(stores_where(false), s);
       }, vectorize);
     };
-    if (out_of_range == nullptr) {
+    if (largest_sincos_argument == nullptr) {
       run("j", Vectorize::Wide);
     } else {
       // Optimistic: the run with float-only sin/cos; if any argument was out
@@ -808,13 +812,14 @@ class Lowering {
       // first loop stored is read again, see may_rerun()). The exact loop
       // stays scalar: it runs only for huge arguments, and a second
       // vectorized copy of the chain cost a quarter of the compile time.
-      b_.CreateStore(b_.getFalse(), out_of_range);
-      sincos_out_of_range_ = out_of_range;
+      b_.CreateStore(b_.getInt32(0), largest_sincos_argument);
+      largest_sincos_argument_ = largest_sincos_argument;
       run("j.small", Vectorize::Wide);
-      sincos_out_of_range_ = nullptr;
+      largest_sincos_argument_ = nullptr;
       auto* exact = llvm::BasicBlock::Create(ctx_, "run.exact", fn_);
       auto* done = llvm::BasicBlock::Create(ctx_, "run.done", fn_);
-      b_.CreateCondBr(b_.CreateLoad(b_.getInt1Ty(), out_of_range), exact, done);
+      Value* largest = b_.CreateLoad(b_.getInt32Ty(), largest_sincos_argument);
+      b_.CreateCondBr(b_.CreateICmpUGT(largest, b_.getInt32(std::bit_cast<uint32_t>(static_cast<float>(kSmallSinLimit)))), exact, done);
       b_.SetInsertPoint(exact);
       // After the first loop's non-temporal stores to the same addresses.
       if (streams) b_.CreateFence(llvm::AtomicOrdering::SequentiallyConsistent);
@@ -1066,7 +1071,7 @@ class Lowering {
   std::vector<std::vector<Value*>> strides_;
   std::vector<bool> row_level_;
   std::vector<Value*> results_, best_;
-  Value* sincos_out_of_range_ = nullptr;  // set while emitting a loop with the float-only sin/cos
+  Value* largest_sincos_argument_ = nullptr;  // set while emitting a loop with the float-only sin/cos
   bool exact_rerun_ = false;  // set while emitting the exact loop that reruns a run (see sincos_f32)
   std::vector<llvm::MDNode*> scope_, noalias_;  // per pointer slot
 };
