@@ -239,3 +239,40 @@ void BM_StreamingStores(benchmark::State& state) {
 BENCHMARK(BM_StreamingStores)->ArgsProduct({{0, 7}, {1, 2}})->Unit(benchmark::kMillisecond);
 
 }  // namespace
+
+namespace {
+
+// The chain kernel's exp scaling by 2^n, with AVX-512's vscalefps and with
+// the portable two-halves code (codegen::Options::avx512_math), run
+// alternately on one thread over 4096 elements (in L1: the math alone). The
+// first argument is the variant as above (2: exp alone, 7: the chain).
+// Counters: the best time of each per call, and vscalefps's speedup.
+void BM_ExpScaling(benchmark::State& state) {
+  const int variant = static_cast<int>(state.range(0));
+  const int64_t n = 4096;
+  const fusion::PlannedKernel k = chain_kernel(variant, n);
+  codegen::Options portable;
+  portable.avx512_math = false;
+  auto vscalef_fn = codegen::load(codegen::compile(k.kernel, "kiln_bench_vscalef", {}).object, "kiln_bench_vscalef");
+  auto portable_fn = codegen::load(codegen::compile(k.kernel, "kiln_bench_portable", portable).object, "kiln_bench_portable");
+  std::vector<float> in(n), out(n);
+  for (int64_t i = 0; i < n; ++i) in[i] = static_cast<float>((i % 1000) - 500) / 250.f;
+  void* bufs[] = {in.data(), out.data()};
+  constexpr int kCalls = 100;
+  auto run = [&](codegen::KernelFn fn) {
+    const auto start = std::chrono::steady_clock::now();
+    for (int c = 0; c < kCalls; ++c) fn(bufs, k.ints.data(), k.scalars.data(), 0, n);
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count() / kCalls;
+  };
+  double vscalef_us = 1e30, portable_us = 1e30;
+  for (auto _ : state) {
+    vscalef_us = std::min(vscalef_us, run(vscalef_fn->fn));
+    portable_us = std::min(portable_us, run(portable_fn->fn));
+  }
+  state.counters["vscalef_us"] = vscalef_us;
+  state.counters["portable_us"] = portable_us;
+  state.counters["speedup"] = portable_us / vscalef_us;
+}
+BENCHMARK(BM_ExpScaling)->Arg(2)->Arg(7)->Unit(benchmark::kMillisecond);
+
+}  // namespace

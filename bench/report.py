@@ -136,8 +136,10 @@ def markdown(data, png_names):
         lines += ["| micro-benchmark | time | throughput |", "|---|---|---|"]
         for b in data["micro"]["benchmarks"]:
             tp = ""
-            if "speedup" in b:  # BM_StreamingStores: both variants, alternately
+            if "cached_ms" in b:  # BM_StreamingStores: both variants, alternately
                 tp = f"cached stores {b['cached_ms']:.2f} ms, streaming {b['streaming_ms']:.2f} ms: {b['speedup']:.2f}x"
+            elif "vscalef_us" in b:  # BM_ExpScaling: both variants, alternately
+                tp = f"portable scaling {b['portable_us']:.2f} µs, vscalefps {b['vscalef_us']:.2f} µs: {b['speedup']:.2f}x"
             elif "items_per_second" in b:
                 tp = f"{b['items_per_second'] / 1e6:.2f} M items/s"
             elif "bytes_per_second" in b:

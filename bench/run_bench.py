@@ -161,7 +161,7 @@ def micro_benchmarks(binary, quick):
     data = json.loads(out.stdout)
     return {"context": data.get("context", {}), "benchmarks": [
         {k: b[k] for k in ("name", "real_time", "cpu_time", "time_unit", "items_per_second", "bytes_per_second",
-                           "cached_ms", "streaming_ms", "speedup")
+                           "cached_ms", "streaming_ms", "vscalef_us", "portable_us", "speedup")
          if k in b} for b in data["benchmarks"]]}
 
 

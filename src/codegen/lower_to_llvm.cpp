@@ -760,7 +760,7 @@ class Lowering {
   // loop the vectorizer can take.
   void emit_pointwise(Value* begin, Value* end) {
     const int R = k_.rank;
-    // In the entry block, so that they become a register (an or-reduction)
+    // In the entry block, so that they become a register (a max-reduction)
     // and stack slots.
     Value* largest_sincos_argument = uses_float_sincos() && may_rerun() ? b_.CreateAlloca(b_.getInt32Ty()) : nullptr;
     const bool streams = k_.streaming_stores;
