@@ -169,12 +169,14 @@ int32_t LowerCtx::value(size_t i, ir::DType as) {
   throw Decline{};
 }
 
+// Eager casts every operand to the common dtype before computing in its
+// opmath type. For a tensor that took part in the promotion that cast is
+// exact (or none); Python numbers and 0-dim tensors (device ones too) of a
+// wider dtype round: bf16_tensor + float32_0dim adds bf16(value).
 int32_t LowerCtx::operand(size_t i, at::ScalarType common) {
   const ir::DType compute = opmath(common);
-  const c10::IValue& v = arg(i);
-  const bool device_tensor = v.isTensor() && v.toTensor().is_privateuseone();
   const ir::DType storage = dtype(common);
-  if (device_tensor || !ir::is_reduced_float(storage)) return value(i, compute);
+  if (!ir::is_reduced_float(storage)) return value(i, compute);  // the cast to compute is that rounding
   return op_.cast(value(i, storage), compute);
 }
 

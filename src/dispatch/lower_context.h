@@ -53,10 +53,11 @@ class LowerCtx {
   trace::TraceOp& op() { return op_; }
   int32_t value(size_t i, ir::DType as);  // argument i: a tensor load or a scalar, cast to `as`
   // Argument i as an operand of an op computing in `common` (TensorIterator's
-  // common dtype), in its opmath type. Unlike value(), a Python number is
-  // first rounded to `common`, as TensorIterator casts CPU scalars to it
-  // (-2.359 - bf16 subtracts bf16(-2.359)). Only the second operand of
-  // mul/div and scalar parameters (value, weight) skip that.
+  // common dtype), in its opmath type. Unlike value(), a Python number or a
+  // 0-dim tensor of a wider dtype is first rounded to `common`, as
+  // TensorIterator casts operands to it (-2.359 - bf16 subtracts
+  // bf16(-2.359)). Only the second operand of mul/div and scalar parameters
+  // (value, weight) skip that.
   int32_t operand(size_t i, at::ScalarType common);
   int32_t c(double v, ir::DType t) { return op_.constant(t, v); }
   int32_t n(ir::Op o, ir::DType t, int32_t a, int32_t b = -1, int32_t c = -1) { return op_.add_node(o, t, a, b, c); }

@@ -245,6 +245,24 @@ def test_isposinf_and_isneginf_are_traced():
         assert kiln.metrics.counters().get("library_kernels", {}) == {}, dtype
 
 
+def test_a_wider_0dim_operand_rounds_to_the_common_dtype_as_eager():
+    # bf16_tensor + float32_0dim: eager casts the 0-dim operand to bfloat16
+    # first (found by the differential test, seed 2276); mul and div keep it
+    # in float32 as the second operand, and round it as the first.
+    torch.manual_seed(0)
+    ops = {"a+s": lambda a, s: a + s, "s-a": lambda a, s: s - a, "a.add_(s)": lambda a, s: a.clone().add_(s),
+           "a*s": lambda a, s: a * s, "s*a": lambda a, s: s * a, "s/a": lambda a, s: s / a,
+           "a<s": lambda a, s: a < s, "maximum": torch.maximum, "clamp": lambda a, s: torch.clamp(a, min=s)}
+    for dtype in (torch.bfloat16, torch.float16):
+        a = (torch.rand(64) * 4 - 2).to(dtype)
+        s = torch.tensor(1.319625735282898)
+        for name, fn in ops.items():
+            kiln.metrics.reset()
+            got = fn(a.to(DEVICE), s.to(DEVICE)).cpu()
+            assert torch.equal(got, fn(a, s)), (dtype, name)
+            assert kiln.metrics.counters().get("library_kernels", {}) == {}, (dtype, name)
+
+
 def test_unwritable_dump_dir_is_refused_at_import():
     from conftest import run_python
     r = run_python("import torch, kiln", env={"KILN_DUMP_DIR": "/proc/no-such-dir/kiln"})
