@@ -287,6 +287,8 @@ class Lowering {
   static constexpr double kRoundMagic = 12582912.0;
   static constexpr double kInvPi = 0.318309886183790671538;
   static constexpr double kSmallSinLimit = 65536;  // float-only sin/cos reduction up to here
+  // As the bits of a float: a magnitude's bits compare as the magnitude does.
+  static constexpr uint32_t kSmallSinLimitBits = std::bit_cast<uint32_t>(static_cast<float>(kSmallSinLimit));
 
   // float32 exp, sin, cos, tanh and erf are straight-line code: loops that use
   // them vectorize on any CPU, and here they beat libmvec's AVX-512 variants
@@ -819,7 +821,7 @@ class Lowering {
       auto* exact = llvm::BasicBlock::Create(ctx_, "run.exact", fn_);
       auto* done = llvm::BasicBlock::Create(ctx_, "run.done", fn_);
       Value* largest = b_.CreateLoad(b_.getInt32Ty(), largest_sincos_argument);
-      b_.CreateCondBr(b_.CreateICmpUGT(largest, b_.getInt32(std::bit_cast<uint32_t>(static_cast<float>(kSmallSinLimit)))), exact, done);
+      b_.CreateCondBr(b_.CreateICmpUGT(largest, b_.getInt32(kSmallSinLimitBits)), exact, done);
       b_.SetInsertPoint(exact);
       // After the first loop's non-temporal stores to the same addresses.
       if (streams) b_.CreateFence(llvm::AtomicOrdering::SequentiallyConsistent);
