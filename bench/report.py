@@ -63,10 +63,13 @@ def lazy_section(data):
                 _check(r and f"{r:.2f}x", r and r > 1))
     comp = data.get("compile", {})
     med, p99 = comp.get("median_ms"), comp.get("p99_ms")
-    rows.append((f"compile time per region, median ({comp.get('regions', 0)} regions compiled in this run)",
-                 "<= 15 ms") + _check(med and f"{med:.1f} ms", med is not None and med <= 15))
-    rows.append(("compile time per region, 99th percentile", "<= 60 ms") +
-                _check(p99 and f"{p99:.1f} ms", p99 is not None and p99 <= 60))
+    wall = (f" (wall {comp['wall_median_ms']:.1f} ms)", f" (wall {comp['wall_p99_ms']:.1f} ms)") \
+        if comp.get("wall_p99_ms") is not None else ("", "")
+    rows.append((f"compile time per region (CPU time of the compiling thread), median "
+                 f"({comp.get('regions', 0)} regions compiled in this run)",
+                 "<= 15 ms") + _check(med and f"{med:.1f} ms{wall[0]}", med is not None and med <= 15))
+    rows.append(("compile time per region (CPU time), 99th percentile", "<= 60 ms") +
+                _check(p99 and f"{p99:.1f} ms{wall[1]}", p99 is not None and p99 <= 60))
     rec = data.get("recording", {})
     ov = rec.get("overhead_us_per_op")
     rows.append(("recording overhead per op above PyTorch eager CPU (1-element tensors; "

@@ -229,11 +229,16 @@ def main(argv=None):
         result["workloads"].append(row)
 
     kiln.set_mode("lazy")
-    times = sorted(kiln._C.compile_times_ms())
-    result["compile"] = {"regions": len(times),
-                         "median_ms": statistics.median(times) if times else None,
-                         "p99_ms": times[min(len(times) - 1, int(0.99 * len(times)))] if times else None,
-                         "max_ms": times[-1] if times else None}
+    # Compile time is the compiling thread's CPU time; wall time also counts
+    # the kernels launched before the flush that share the 2 cores meanwhile.
+    compiles = kiln._C.compile_times_ms()
+    result["compile"] = {"regions": len(compiles)}
+    for clock, pick in (("", lambda t: t[0]), ("wall_", lambda t: t[1])):
+        times = sorted(pick(t) for t in compiles)
+        result["compile"].update({
+            f"{clock}median_ms": statistics.median(times) if times else None,
+            f"{clock}p99_ms": times[min(len(times) - 1, int(0.99 * len(times)))] if times else None,
+            f"{clock}max_ms": times[-1] if times else None})
     if not args.smoke:
         result["recording"] = recording_overhead()
         result["peak_memory"] = pointwise_chain_peak_memory(scale)

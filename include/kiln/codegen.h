@@ -32,8 +32,17 @@ std::string environment_fingerprint(const Options& options);
 struct CompiledObject {
   std::string object;   // relocatable ELF object bytes (what a persistent cache stores)
   std::string llvm_ir;  // optimized LLVM IR text, only when asked for (KILN_DUMP_DIR)
+  // CPU time the compiling thread spent, and the wall time it took: more
+  // when kernels launched earlier run on the same cores meanwhile.
   double compile_ms = 0;
+  double compile_wall_ms = 0;
 };
+
+// The most of kiln's own (inline, FMA-chain) math functions that one value
+// of `kernel` passes through: 3 for sin(x) -> exp -> tanh, 1 for exp(x) +
+// erf(x). Kernels of depth 2 or more are latency-bound and compile
+// differently (lower_to_llvm.cpp's Vectorize, jit.cpp's code generation passes).
+int math_chain_depth(const ir::Kernel& kernel);
 
 // Compiles `kernel` into an object defining `symbol`. Throws
 // std::runtime_error naming what LLVM rejected.

@@ -39,8 +39,13 @@ const Options& options();
 // is what made the flush happen (counted in the metrics).
 void flush(runtime::Device& dev, trace::Trace trace, std::string_view reason);
 
-// Milliseconds each compile of this process took, in order (benchmarks).
-std::vector<double> compile_times_ms();
+// Each compile of this process, in order (benchmarks): the compiling
+// thread's CPU time and the wall time, in ms (see codegen::CompiledObject).
+struct CompileTime {
+  double cpu_ms = 0;
+  double wall_ms = 0;
+};
+std::vector<CompileTime> compile_times();
 
 // The process's compiled executables (the persistent store comes next).
 cache::MemoryCache& executable_cache();

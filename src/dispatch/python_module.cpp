@@ -87,7 +87,11 @@ PYBIND11_MODULE(_C, m) {
     }
     set_lazy_mode(mode == "lazy");
   });
-  m.def("compile_times_ms", [] { return engine::compile_times_ms(); });
+  m.def("compile_times_ms", [] {  // [(cpu_ms, wall_ms)] per compile, in order
+    std::vector<std::pair<double, double>> out;
+    for (const engine::CompileTime& t : engine::compile_times()) out.emplace_back(t.cpu_ms, t.wall_ms);
+    return out;
+  });
   m.def("metrics_report", [] { return Metrics::global().report(); });
   m.def("metrics_counters", [] { return Metrics::global().snapshot(); });
   m.def("metrics_reset", [] { Metrics::global().reset(); });

@@ -24,7 +24,7 @@ runtime::ThreadPool& pool() {
 }
 
 std::mutex g_times_mu;
-std::vector<double> g_compile_times_ms;
+std::vector<CompileTime> g_compile_times;
 
 const std::string& fingerprint() {
   static const std::string f = codegen::environment_fingerprint(g_options.codegen);
@@ -68,14 +68,15 @@ cache::Entry build(const fusion::PlannedKernel& pk, const std::string& name) {
   const auto us = static_cast<int64_t>(obj.compile_ms * 1000);
   Metrics::global().add(Counter::CompileTime, "total_us", us);
   Metrics::global().raise_to(Counter::CompileTime, "max_us", us);
+  Metrics::global().raise_to(Counter::CompileTime, "max_wall_us", static_cast<int64_t>(obj.compile_wall_ms * 1000));
   {
     std::lock_guard<std::mutex> lock(g_times_mu);
-    g_compile_times_ms.push_back(obj.compile_ms);
+    g_compile_times.push_back({obj.compile_ms, obj.compile_wall_ms});
   }
   if (logging("compile")) {
     g_options.log("compile", name + ": " + kind + " kernel, " + std::to_string(pk.kernel.nodes.size()) + " nodes, " +
-                                 std::to_string(obj.compile_ms) + " ms, " + std::to_string(obj.object.size()) +
-                                 " bytes of object code");
+                                 std::to_string(obj.compile_ms) + " ms CPU (" + std::to_string(obj.compile_wall_ms) +
+                                 " ms wall), " + std::to_string(obj.object.size()) + " bytes of object code");
   }
   cache::Entry e;
   e.compile_ms = obj.compile_ms;
@@ -107,9 +108,9 @@ void configure(const Options& options) {
 
 const Options& options() { return g_options; }
 
-std::vector<double> compile_times_ms() {
+std::vector<CompileTime> compile_times() {
   std::lock_guard<std::mutex> lock(g_times_mu);
-  return g_compile_times_ms;
+  return g_compile_times;
 }
 
 cache::MemoryCache& executable_cache() {

@@ -681,3 +681,64 @@ TEST(Codegen, StreamingStoresAndTheExactSinCosRerunAgree) {
   EXPECT_TRUE(s == c);
   EXPECT_NEAR(s.data[2500], std::sin(1.25e8), 2e-7);
 }
+
+namespace {
+
+// out = f3(f2(f1(x)) * x): the functions on one path, as the benchmark chain.
+ir::Kernel serial_math(DType t, Op f1, Op f2, Op f3) {
+  test::KernelBuilder b(1);
+  int x = b.access(t, ir::Inner::Contiguous);
+  int out = b.access(t, ir::Inner::Contiguous);
+  int v = b.load(x);
+  int y = b.node(f3, t, b.node(Op::Mul, t, b.node(f2, t, b.node(f1, t, v)), v));
+  b.store(out, y);
+  return b.k;
+}
+
+// GELU's backward: erf and exp of x on separate paths, then combined.
+ir::Kernel parallel_math() {
+  test::KernelBuilder b(1);
+  const DType f = DType::Float32;
+  int x = b.access(f, ir::Inner::Contiguous);
+  int out = b.access(f, ir::Inner::Contiguous);
+  int v = b.load(x);
+  int cdf = b.node(Op::Erf, f, b.node(Op::Mul, f, v, b.constant(f, 0.7071067811865476)));
+  int pdf = b.node(Op::Exp, f, b.node(Op::Mul, f, b.node(Op::Mul, f, v, v), b.constant(f, -0.5)));
+  b.store(out, b.node(Op::Add, f, cdf, b.node(Op::Mul, f, v, pdf)));
+  return b.k;
+}
+
+}  // namespace
+
+// Interleaving 8 vectors deep pays where one value passes through several
+// math functions (latency-bound); parallel functions already overlap.
+TEST(Codegen, MathChainDepthCountsFunctionsOnOnePath) {
+  EXPECT_EQ(codegen::math_chain_depth(serial_math(DType::Float32, Op::Sin, Op::Exp, Op::Tanh)), 3);
+  EXPECT_EQ(codegen::math_chain_depth(serial_math(DType::Float32, Op::Sigmoid, Op::Neg, Op::Erf)), 2);
+  EXPECT_EQ(codegen::math_chain_depth(parallel_math()), 1);
+  // double math calls libm: none of kiln's own functions
+  EXPECT_EQ(codegen::math_chain_depth(serial_math(DType::Float64, Op::Sin, Op::Exp, Op::Tanh)), 0);
+}
+
+// Deep kernels compile with different code generation passes (an LLVM
+// option set while the passes are added); the next kernel must get the
+// default passes back, so its object is the same whatever compiled before.
+TEST(Codegen, ObjectsDoNotDependOnWhatCompiledBefore) {
+  test::KernelBuilder b(1);
+  int x = b.access(DType::Float32, ir::Inner::Contiguous);
+  int out = b.access(DType::Float32, ir::Inner::Contiguous);
+  b.store(out, b.node(Op::Exp, DType::Float32, b.load(x)));
+  const ir::Kernel deep = serial_math(DType::Float32, Op::Sin, Op::Exp, Op::Tanh);
+  const std::string first = codegen::compile(b.k, "kiln_exp", {}).object;
+  const std::string deep_first = codegen::compile(deep, "kiln_deep", {}).object;
+  EXPECT_EQ(codegen::compile(b.k, "kiln_exp", {}).object, first);
+  EXPECT_EQ(codegen::compile(deep, "kiln_deep", {}).object, deep_first);
+}
+
+// Compile time is the compiling thread's CPU time, which other threads'
+// work does not inflate; wall time is reported beside it.
+TEST(Codegen, CompileTimeIsThreadCpuTimeBesideWallTime) {
+  const codegen::CompiledObject obj = codegen::compile(parallel_math(), "kiln_gelu", {});
+  EXPECT_GT(obj.compile_ms, 0);
+  EXPECT_GE(obj.compile_wall_ms, obj.compile_ms * 0.99);  // both clocks tick in steps; a thread cannot run longer than it took
+}
