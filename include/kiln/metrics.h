@@ -19,7 +19,7 @@ enum class Counter {
   TraceFlushes,    // micro-traces flushed, by reason
   Regions,         // fused regions, by size bucket ("1 op", "2-3 ops", ...): a histogram
   Compiles,        // kernels compiled by LLVM, by kind (pointwise, row)
-  CompileTime,     // compiling thread's CPU time in microseconds: total_us, max_us; and max_wall_us
+  CompileTime,     // compiling thread's CPU time in microseconds: total_us, max_us; max_wall_us; warm_up_us
   ExecutableCache, // executables a flush needed: hit (also every kernel of a reused plan), miss
   PlanCache,       // flush plans: hit (reused for a trace of the same structure), miss
   ExecutableLaunches,  // compiled kernels launched, by kind

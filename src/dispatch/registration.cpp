@@ -8,6 +8,7 @@
 
 #include "dispatch/lazy.h"
 #include "dispatch/neuron.h"
+#include "kiln/engine.h"
 
 namespace kiln::dispatch {
 
@@ -31,6 +32,7 @@ void initialize() {
   opts.launch_blocking = g_settings.launch_blocking;
   runtime::Runtime::init(opts);
   configure_lazy_mode();  // throws for an unwritable KILN_DUMP_DIR
+  if (g_settings.lazy) engine::start_compiler_warm_up();
   pthread_atfork(nullptr, nullptr, &mark_bad_fork);
   g_initialized.store(true);
   log("runtime", "started " + std::to_string(opts.device_count) + " device(s) '" + g_settings.device_name + "', " +
@@ -45,6 +47,7 @@ const Settings& settings() { return g_settings; }
 void set_lazy_mode(bool lazy) {
   for (c10::DeviceIndex i = 0; i < device_count(); ++i) synchronize(device(i), "mode switch");
   g_settings.lazy = lazy;
+  if (lazy) engine::start_compiler_warm_up();
 }
 
 bool in_bad_fork() { return g_bad_fork.load(std::memory_order_relaxed); }

@@ -61,6 +61,7 @@ void dump(const std::string& name, const ir::Kernel& k, const codegen::CompiledO
 
 cache::Entry build(const fusion::PlannedKernel& pk, const std::string& name) {
   const bool want_ir = !g_options.dump_dir.empty();
+  wait_for_compiler_warm_up();
   codegen::CompiledObject obj = codegen::compile(pk.kernel, name, g_options.codegen, want_ir);
   if (want_ir) dump(name, pk.kernel, obj);
   const char* kind = pk.kernel.reduce_rank ? "row" : "pointwise";

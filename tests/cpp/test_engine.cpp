@@ -90,3 +90,16 @@ TEST(Engine, UnwritableDumpDirIsAClearError) {
   }
   engine::configure(engine::Options{});
 }
+
+// Compiling and loading a small kernel once, in the background; later calls
+// do nothing, and waiting returns once it is done (also when it never started).
+TEST(Engine, CompilerWarmsUpOnceInTheBackground) {
+  engine::wait_for_compiler_warm_up();
+  engine::start_compiler_warm_up();
+  engine::wait_for_compiler_warm_up();
+  const int64_t warm_up_us = Metrics::global().get(Counter::CompileTime, "warm_up_us");
+  EXPECT_GT(warm_up_us, 0);
+  engine::start_compiler_warm_up();
+  engine::wait_for_compiler_warm_up();
+  EXPECT_EQ(Metrics::global().get(Counter::CompileTime, "warm_up_us"), warm_up_us);
+}
