@@ -1,7 +1,6 @@
 // Warming up the compiler on a background thread (see include/kiln/engine.h).
 #include <pthread.h>
 
-#include <chrono>
 #include <cstdlib>
 #include <exception>
 #include <mutex>
