@@ -90,7 +90,17 @@ def lazy_section(data):
            "Each value is from this run; ratios compare medians measured side by side.", "",
            "| target | wanted | measured | verdict |", "|---|---|---|---|"]
     out += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
-    return out + [""]
+    out += ["", "Reading these on a shared 2-core VM:", "",
+            "- Compile time is the compiling thread's CPU time: a flush compiles while kernels launched "
+            "before it run on the same cores, which stretches the wall time (shown beside it) without "
+            "making the compile any larger.",
+            "- The pointwise chain is compute-bound (its input stays in the L3 cache between steps), so its "
+            "share of the triad, a memory-bound measure taken at the start of the run, falls when the host "
+            "runs this VM slower and rises when it runs it faster.",
+            "- Recording overhead is measured after all workloads. It scales with the host's speed (see the "
+            "eager time beside it) and with the state of the process's heap, which a recorded op (its trace "
+            "node, views and output) allocates from more often than an eager CPU op.", ""]
+    return out
 
 
 def markdown(data, png_names):

@@ -5,6 +5,7 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/stack.h>
+#include <c10/util/SmallVector.h>
 
 #include <optional>
 #include <vector>
@@ -75,8 +76,11 @@ class LowerCtx {
   const std::vector<c10::IValue>& outputs_;
   trace::TraceOp op_;
   std::vector<bool> fresh_outputs_;
-  std::vector<at::Tensor> tensors_;   // view.buffer indexes these until commit
-  std::vector<bool> tensor_fresh_;
+  // Inline for the usual few operands: recording an op is on every op's
+  // path, and each heap allocation there costs more once the process's heap
+  // is fragmented (see docs/benchmarks.md, recording overhead).
+  c10::SmallVector<at::Tensor, 4> tensors_;  // view.buffer indexes these until commit
+  c10::SmallVector<bool, 4> tensor_fresh_;
 };
 
 }  // namespace kiln::dispatch
