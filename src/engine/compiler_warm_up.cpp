@@ -5,8 +5,10 @@
 #include <exception>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "kiln/engine.h"
+#include "kiln/fusion.h"
 #include "kiln/metrics.h"
 
 namespace kiln::engine {
@@ -16,62 +18,51 @@ std::mutex g_mu;
 std::thread g_thread;
 bool g_started = false;
 
+// A trace of one op over `sizes` float32 elements (a buffer it reads and one
+// it writes), planned into its kernel as flushes plan real ones.
+ir::Kernel plan_one(trace::TraceOp op, size_t in_bytes, size_t out_bytes) {
+  trace::Trace t;
+  t.buffers.push_back({nullptr, in_bytes, false, false, nullptr});
+  t.buffers.push_back({nullptr, out_bytes, true, false, nullptr});
+  t.ops.push_back(std::move(op));
+  return fusion::plan(t, {}).kernels.at(0).kernel;
+}
+
 // Small kernels through the code paths most kernels take: vectorized
 // pointwise math interleaved deep (sin with its rerun loop, exp, tanh; see
 // codegen::math_chain_depth), streaming stores, and a row reduction.
-struct WarmUpKernel {
-  ir::Kernel k;
-  int32_t node(ir::Op op, ir::DType t, int32_t a = -1, int32_t b = -1, int32_t arg = -1) {
-    ir::Node n;
-    n.op = op;
-    n.dtype = t;
-    n.in[0] = a;
-    n.in[1] = b;
-    n.arg = arg;
-    k.nodes.push_back(n);
-    return static_cast<int32_t>(k.nodes.size()) - 1;
-  }
-  int32_t access(ir::Inner inner, bool row_invariant = false) {
-    k.accesses.push_back({k.num_buffers++, ir::DType::Float32, inner, row_invariant});
-    return static_cast<int32_t>(k.accesses.size()) - 1;
-  }
-};
-
-// out = tanh(exp(sin(x * s) * x)), streaming its stores.
-ir::Kernel pointwise_warm_up_kernel() {
+std::vector<ir::Kernel> warm_up_kernels() {
   using ir::DType;
   using ir::Op;
   const DType f = DType::Float32;
-  WarmUpKernel w;
-  const int32_t in = w.access(ir::Inner::Contiguous), out = w.access(ir::Inner::Contiguous);
-  w.k.scalars = {DType::Float64};
-  const int32_t x = w.node(Op::Load, f, -1, -1, in);
-  const int32_t s = w.node(Op::Cast, f, w.node(Op::Scalar, DType::Float64, -1, -1, 0));
-  const int32_t y = w.node(Op::Mul, f, w.node(Op::Sin, f, w.node(Op::Mul, f, x, s)), x);
-  w.k.stores = {{out, w.node(Op::Tanh, f, w.node(Op::Exp, f, y))}};
-  w.k.streaming_stores = true;
-  return w.k;
-}
+  constexpr int64_t kRows = 64, kCols = 64;
+  trace::View in{0, f, 0, {kCols, 1}}, out{1, f, 0, {kCols, 1}};
 
-// out[row] = sum(exp(x[row, :])): a row kernel.
-ir::Kernel row_warm_up_kernel() {
-  using ir::DType;
-  using ir::Op;
-  const DType f = DType::Float32;
-  WarmUpKernel w;
-  w.k.rank = 2;
-  w.k.reduce_rank = 1;
-  const int32_t in = w.access(ir::Inner::Contiguous), out = w.access(ir::Inner::Broadcast, true);
-  w.k.reductions = {{ir::ReduceKind::Sum, f, w.node(Op::Exp, f, w.node(Op::Load, f, -1, -1, in))}};
-  w.k.stores = {{out, w.node(Op::ReduceValue, f, -1, -1, 0)}};
-  return w.k;
+  // out = tanh(exp(sin(x * s) * x)), streaming its stores.
+  trace::TraceOp chain;
+  chain.name = "kiln::warm_up_chain";
+  chain.sizes = {kRows, kCols};
+  int32_t x = chain.load(in);
+  int32_t y = chain.add_node(Op::Mul, f, x, chain.cast(chain.scalar_float(1.5), f));
+  y = chain.add_node(Op::Mul, f, chain.add_node(Op::Sin, f, y), x);
+  chain.store(out, chain.add_node(Op::Tanh, f, chain.add_node(Op::Exp, f, y)));
+  ir::Kernel pointwise = plan_one(std::move(chain), kRows * kCols * 4, kRows * kCols * 4);
+  pointwise.streaming_stores = true;
+
+  // out[row] = sum(exp(x[row, :])).
+  trace::TraceOp sum;
+  sum.name = "kiln::warm_up_sum";
+  sum.sizes = {kRows, kCols};
+  sum.reduced = uint64_t(1) << 1;
+  out.strides = {1, 0};
+  sum.store(out, sum.reduce(ir::ReduceKind::Sum, f, sum.add_node(Op::Exp, f, sum.load(in))));
+  return {pointwise, plan_one(std::move(sum), kRows * kCols * 4, kRows * 4)};
 }
 
 void warm_up() {
   try {
     double ms = 0;
-    for (const ir::Kernel& k : {pointwise_warm_up_kernel(), row_warm_up_kernel()}) {
-      ir::validate(k);
+    for (const ir::Kernel& k : warm_up_kernels()) {
       const codegen::CompiledObject obj = codegen::compile(k, "kiln_compiler_warm_up", options().codegen);
       codegen::load(obj.object, "kiln_compiler_warm_up");  // and unloaded: the JIT is up now too
       ms += obj.compile_ms;
