@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <functional>
+#include <immintrin.h>
 #include <string>
 #include <thread>
 #include <vector>
@@ -290,5 +291,43 @@ void BM_ExpScaling(benchmark::State& state) {
   race(state, run, {"portable_us", portable_fn->fn}, {"vscalef_us", vscalef_fn->fn});
 }
 BENCHMARK(BM_ExpScaling)->Arg(2)->Arg(7)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+namespace {
+
+// The CPU's peak rate of 512-bit FMAs on one thread: 8 independent chains, so
+// that the FMA ports, not one chain's latency, set the pace. With the count of
+// vector operations in a kernel's loop (docs/fusion.md) it bounds how fast a
+// compute-bound kernel such as the benchmark chain can run on this machine.
+// items_per_second: FMAs on 16 floats each per second.
+__attribute__((target("avx512f"))) void fma_chains(int64_t iterations) {
+  const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-3f);
+  __m512 v0 = a, v1 = a, v2 = a, v3 = a, v4 = a, v5 = a, v6 = a, v7 = a;
+  for (int64_t i = 0; i < iterations; ++i) {
+    v0 = _mm512_fmadd_ps(v0, a, b);
+    v1 = _mm512_fmadd_ps(v1, a, b);
+    v2 = _mm512_fmadd_ps(v2, a, b);
+    v3 = _mm512_fmadd_ps(v3, a, b);
+    v4 = _mm512_fmadd_ps(v4, a, b);
+    v5 = _mm512_fmadd_ps(v5, a, b);
+    v6 = _mm512_fmadd_ps(v6, a, b);
+    v7 = _mm512_fmadd_ps(v7, a, b);
+  }
+  const __m512 sum = _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(v0, v1), _mm512_add_ps(v2, v3)),
+                                   _mm512_add_ps(_mm512_add_ps(v4, v5), _mm512_add_ps(v6, v7)));
+  benchmark::DoNotOptimize(sum);
+}
+
+void BM_VectorFmaPeak(benchmark::State& state) {
+  if (!__builtin_cpu_supports("avx512f")) {
+    state.SkipWithError("the CPU has no AVX-512");
+    return;
+  }
+  constexpr int64_t kIterations = 1 << 16;
+  for (auto _ : state) fma_chains(kIterations);
+  state.SetItemsProcessed(state.iterations() * kIterations * 8);
+}
+BENCHMARK(BM_VectorFmaPeak)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
