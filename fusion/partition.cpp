@@ -90,7 +90,7 @@ trace::View RegionBuilder::to_region(const trace::View& v, const std::vector<int
 std::string RegionBuilder::try_add(const trace::TraceOp& op, int32_t index, int32_t component) {
   const int num_ops = this->num_ops();
   if (num_ops == 0) {
-    sizes_ = op.sizes;
+    sizes_ = op.sizes.vec();
     reduced_ = op.reduced;
     component_ = component;
   } else if (num_ops >= max_ops_) {

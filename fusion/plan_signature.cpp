@@ -30,8 +30,10 @@ class Writer {
     std::memcpy(out_.data() + used_, &v, sizeof(T));
     used_ += sizeof(T);
   }
-  template <typename T>
-  void pods(const std::vector<T>& v) {
+  template <typename Vector>  // std::vector or InlineVector of trivially copyable elements
+  void pods(const Vector& v) {
+    using T = typename Vector::value_type;
+    static_assert(std::is_trivially_copyable_v<T>);
     pod(v.size());
     if (!v.empty()) std::memcpy(out_.data() + used_, v.data(), v.size() * sizeof(T));
     used_ += v.size() * sizeof(T);

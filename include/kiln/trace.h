@@ -13,9 +13,15 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kiln/inline_vector.h"
 #include "kiln/kernel_ir.h"
 
 namespace kiln::trace {
+
+// How much of a trace op's lists live inside it (InlineVector): enough for
+// the usual op (rank <= 5, three operands, two Python scalars, eight nodes),
+// so that recording one allocates nothing for them.
+constexpr size_t kInlineRank = 5;
 
 // A device allocation the trace touches.
 struct Buffer {
@@ -37,26 +43,29 @@ struct View {
   int32_t buffer = -1;
   ir::DType dtype = ir::DType::Float32;
   int64_t offset = 0;
-  std::vector<int64_t> strides;
+  InlineVector<int64_t, kInlineRank> strides;
   bool operator==(const View&) const = default;
 };
 
 // One recorded op.
 struct TraceOp {
-  std::string name;               // "aten::add.Tensor", for logs and errors
-  std::vector<int64_t> sizes;     // iteration space (rank >= 1)
-  uint64_t reduced = 0;           // bit d: dim d is reduced
-  std::vector<View> loads;        // Load nodes index these
-  std::vector<ir::DType> scalar_types;  // Scalar nodes index these
-  std::vector<double> scalar_f;
-  std::vector<int64_t> scalar_i;
-  std::vector<ir::Node> nodes;    // fragment; ReduceValue indexes `reductions`
-  std::vector<ir::Reduction> reductions;
+  // "aten::add.Tensor", for logs and errors. Not owned: a string literal or an
+  // op plan's name (plans live as long as the process), so that recording an
+  // op does not copy it.
+  const char* name = "";
+  InlineVector<int64_t, kInlineRank> sizes;  // iteration space (rank >= 1)
+  uint64_t reduced = 0;                      // bit d: dim d is reduced
+  InlineVector<View, 3> loads;               // Load nodes index these
+  InlineVector<ir::DType, 2> scalar_types;   // Scalar nodes index these
+  InlineVector<double, 2> scalar_f;
+  InlineVector<int64_t, 2> scalar_i;
+  InlineVector<ir::Node, 8> nodes;           // fragment; ReduceValue indexes `reductions`
+  InlineVector<ir::Reduction, 1> reductions;
   struct Output {
     View view;                    // stride 0 along reduced dims for reduced outputs
     int32_t value = -1;           // node
   };
-  std::vector<Output> stores;
+  InlineVector<Output, 2> stores;
 
   // Helpers for lowerings.
   int32_t add_node(ir::Op op, ir::DType t, int32_t a = -1, int32_t b = -1, int32_t c = -1, int32_t arg = -1,

@@ -2,6 +2,7 @@
 #include "dispatch/lazy.h"
 
 #include <array>
+#include <atomic>
 #include <mutex>
 
 #include "dispatch/lowering.h"
@@ -21,15 +22,20 @@ struct DeviceRecorder {
   // so the pool cannot hand the address to a new output first.
   std::mutex deferred_mu;
   std::vector<void*> deferred;
+  // Whether `deferred` may be non-empty: read on every recorded op and free,
+  // so that the common case takes no second lock.
+  std::atomic<bool> has_deferred{false};
 };
 std::array<DeviceRecorder, kMaxDevices> g_recorders;
 
 // With the recorder locked: tells it about deferred frees; returns their pointers to free.
 std::vector<void*> drain_deferred(DeviceRecorder& r) {
   std::vector<void*> ptrs;
+  if (!r.has_deferred.load(std::memory_order_acquire)) return ptrs;
   {
     std::lock_guard<std::mutex> g(r.deferred_mu);
     ptrs.swap(r.deferred);
+    r.has_deferred.store(false, std::memory_order_relaxed);
   }
   for (void* p : ptrs) r.recorder.on_free(p);
   return ptrs;
@@ -77,7 +83,7 @@ void flush_trace(runtime::Device& dev, std::string_view reason) {
 }
 
 bool try_record(const OpPlan& plan, const torch::jit::Stack& stack, size_t first, c10::DeviceIndex index,
-                const std::vector<c10::IValue>& outputs, const std::vector<bool>& fresh) {
+                c10::ArrayRef<c10::IValue> outputs, c10::ArrayRef<bool> fresh) {
   if (!settings().lazy || plan.lowering == nullptr) return false;
   LowerCtx ctx(plan.name.c_str(), stack, first, outputs, fresh);
   try {
@@ -108,6 +114,7 @@ void free_device_memory(int device, void* ptr) {
     if (!lock.owns_lock()) {
       std::lock_guard<std::mutex> g(r.deferred_mu);
       r.deferred.push_back(ptr);
+      r.has_deferred.store(true, std::memory_order_release);
       return;
     }
     std::vector<void*> freed = drain_deferred(r);

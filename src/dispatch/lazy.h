@@ -26,7 +26,7 @@ void flush_trace(runtime::Device& dev, std::string_view reason);
 // (allocated, or the arguments it writes); `fresh[j]` says output j was
 // allocated for this call. Returns false when the caller must launch it.
 bool try_record(const OpPlan& plan, const torch::jit::Stack& stack, size_t first, c10::DeviceIndex index,
-                const std::vector<c10::IValue>& outputs, const std::vector<bool>& fresh);
+                c10::ArrayRef<c10::IValue> outputs, c10::ArrayRef<bool> fresh);
 
 // The device allocator's free: tells the recorder first (a pending output
 // freed before the flush is never written), then gives the memory back.

@@ -36,6 +36,10 @@ namespace {
 // many to name each op in the report).
 constexpr std::string_view kFirstCall = "first call of an op signature";
 
+// An op's results: inline, as most ops have one or two (every dispatched op
+// builds this list).
+using Outputs = c10::SmallVector<c10::IValue, 2>;
+
 // ------------------------------------------------------------ device checks
 
 // Finds the op's device and enforces eager's rule: all tensors on one device,
@@ -248,7 +252,7 @@ void run_async(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::St
         if (t.defined() && t.is_privateuseone()) adopt_geometry(t, *shapes->written[i]);
       }
     }
-    std::vector<c10::IValue> outs;
+    Outputs outs;
     for (size_t j = 0; j < meta_stack.size(); ++j) {
       int a = plan.return_alias_arg[j];
       if (a >= 0) outs.push_back((*stack)[first + a]);
@@ -260,10 +264,10 @@ void run_async(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::St
   // Lazy mode: a traceable op is recorded, not launched. Its lowering was
   // written for what the CPU kernel computes, so the meta-vs-CPU check of
   // the first call is not needed.
-  std::vector<c10::IValue> outputs;
+  Outputs outputs;
   if (plan.lowering != nullptr && settings().lazy) {
     outputs = make_outputs();
-    std::vector<bool> fresh;
+    c10::SmallVector<bool, 4> fresh;
     for (size_t j = 0; j < outputs.size(); ++j) fresh.push_back(plan.return_alias_arg[j] < 0);
     if (try_record(plan, *stack, first, index, outputs, fresh)) {
       stack->resize(first);

@@ -33,10 +33,9 @@ ir::DType LowerCtx::dtype(at::ScalarType t) {
 ir::DType LowerCtx::opmath(at::ScalarType t) { return ir::compute_dtype(dtype(t)); }
 
 LowerCtx::LowerCtx(const char* name, const torch::jit::Stack& stack, size_t first,
-                   const std::vector<c10::IValue>& outputs, std::vector<bool> fresh)
-    : name_(name), stack_(stack), first_(first), outputs_(outputs), fresh_outputs_(std::move(fresh)) {
+                   c10::ArrayRef<c10::IValue> outputs, c10::ArrayRef<bool> fresh)
+    : name_(name), stack_(stack), first_(first), outputs_(outputs), fresh_outputs_(fresh) {
   op_.name = name;
-  op_.nodes.reserve(8);  // one allocation for most ops instead of one per doubling
 }
 
 std::string LowerCtx::overload() const {
@@ -83,13 +82,13 @@ at::ScalarType LowerCtx::common_dtype(std::initializer_list<size_t> args) const 
 
 void LowerCtx::pointwise_space() {
   const at::Tensor& o = out(0);
-  op_.sizes = o.sizes().vec();
+  op_.sizes.assign(o.sizes().begin(), o.sizes().end());
   if (op_.sizes.empty()) op_.sizes = {1};
 }
 
 void LowerCtx::reduction_space(size_t i, std::vector<int64_t> dims) {
   const at::Tensor& t = tensor(i);
-  op_.sizes = t.sizes().vec();
+  op_.sizes.assign(t.sizes().begin(), t.sizes().end());
   const int64_t rank = t.dim();
   if (op_.sizes.empty()) op_.sizes = {1};
   if (dims.empty()) {

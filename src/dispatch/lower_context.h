@@ -25,8 +25,8 @@ struct Decline {};
 class LowerCtx {
  public:
   // `fresh[j]`: output j was allocated for this call (not an argument written in place).
-  LowerCtx(const char* name, const torch::jit::Stack& stack, size_t first, const std::vector<c10::IValue>& outputs,
-           std::vector<bool> fresh);
+  LowerCtx(const char* name, const torch::jit::Stack& stack, size_t first, c10::ArrayRef<c10::IValue> outputs,
+           c10::ArrayRef<bool> fresh);
 
   // ---- arguments
   std::string overload() const;  // "dim_int" of aten::prod.dim_int
@@ -73,12 +73,12 @@ class LowerCtx {
   const char* name_;
   const torch::jit::Stack& stack_;
   size_t first_;
-  const std::vector<c10::IValue>& outputs_;
+  c10::ArrayRef<c10::IValue> outputs_;
   trace::TraceOp op_;
-  std::vector<bool> fresh_outputs_;
+  c10::ArrayRef<bool> fresh_outputs_;
   // Inline for the usual few operands: recording an op is on every op's
   // path, and each heap allocation there costs more once the process's heap
-  // is fragmented (see docs/benchmarks.md, recording overhead).
+  // is fragmented (see kiln/inline_vector.h).
   c10::SmallVector<at::Tensor, 4> tensors_;  // view.buffer indexes these until commit
   c10::SmallVector<bool, 4> tensor_fresh_;
 };

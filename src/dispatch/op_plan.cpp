@@ -146,18 +146,28 @@ std::unique_ptr<OpPlan> make_plan(const c10::OperatorHandle& op) {
 }  // namespace
 
 const OpPlan& plan_for(const c10::OperatorHandle& op) {
+  // Every dispatched op looks its plan up: first in this thread's own map
+  // (no lock), then in the shared one. Plans are never freed: recorded trace
+  // ops point at their names until they are flushed, at exit too.
+  thread_local std::unordered_map<c10::OperatorHandle, const OpPlan*> seen;
+  auto hit = seen.find(op);
+  if (hit != seen.end()) return *hit->second;
   static std::shared_mutex mu;
-  static std::unordered_map<c10::OperatorName, std::unique_ptr<OpPlan>> plans;
+  static auto* plans = new std::unordered_map<c10::OperatorName, std::unique_ptr<OpPlan>>();
   const auto& name = op.operator_name();
+  const OpPlan* found = nullptr;
   {
     std::shared_lock lock(mu);
-    auto it = plans.find(name);
-    if (it != plans.end()) return *it->second;
+    auto it = plans->find(name);
+    if (it != plans->end()) found = it->second.get();
   }
-  auto plan = make_plan(op);
-  std::unique_lock lock(mu);
-  auto [it, inserted] = plans.emplace(name, std::move(plan));
-  return *it->second;
+  if (found == nullptr) {
+    auto plan = make_plan(op);
+    std::unique_lock lock(mu);
+    found = plans->emplace(name, std::move(plan)).first->second.get();
+  }
+  seen.emplace(op, found);
+  return *found;
 }
 
 }  // namespace kiln::dispatch

@@ -13,11 +13,11 @@ void Geometry::restore(const at::Tensor& written) const {
   written.copy_(values);
 }
 
-std::shared_ptr<const InferredShapes> ShapeCache::find(const std::vector<int64_t>& key, uint64_t hash) const {
+std::shared_ptr<const InferredShapes> ShapeCache::find(c10::ArrayRef<int64_t> key, uint64_t hash) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto [begin, end] = entries_.equal_range(hash);
   for (auto it = begin; it != end; ++it) {
-    if (it->second.key == key) return it->second.value;
+    if (c10::ArrayRef<int64_t>(it->second.key) == key) return it->second.value;
   }
   return nullptr;
 }
@@ -33,7 +33,7 @@ namespace {
 enum Tag : int64_t { kTensor = 1, kUndefined, kInt, kDouble, kBool, kNone, kString, kIntList, kDoubleList, kBoolList,
                      kTensorList, kDevice, kGenerator, kComplex, kSymInt };
 
-void add_tensor(std::vector<int64_t>& key, const at::Tensor& t, bool written = false) {
+void add_tensor(ShapeKey& key, const at::Tensor& t, bool written = false) {
   if (!t.defined()) {
     key.push_back(kUndefined);
     return;
@@ -57,7 +57,7 @@ int64_t bits(double d) {
 
 // Appends what the meta kernel can see of `v`. False when `v` is of a kind
 // this key does not describe (the call is then not cached).
-bool add_value(std::vector<int64_t>& key, const c10::IValue& v, bool written) {
+bool add_value(ShapeKey& key, const c10::IValue& v, bool written) {
   if (v.isTensor()) {
     add_tensor(key, v.toTensor(), written);
   } else if (v.isInt()) {
@@ -107,7 +107,7 @@ bool add_value(std::vector<int64_t>& key, const c10::IValue& v, bool written) {
   return true;
 }
 
-uint64_t hash_key(const std::vector<int64_t>& key) {
+uint64_t hash_key(c10::ArrayRef<int64_t> key) {
   uint64_t h = 1469598103934665603ull;
   for (int64_t k : key) h = (h ^ static_cast<uint64_t>(k)) * 1099511628211ull;
   return h;
@@ -144,8 +144,7 @@ std::shared_ptr<const InferredShapes> infer_shapes(const c10::OperatorHandle& op
                                                    const std::vector<bool>& mutable_arg,
                                                    const torch::jit::Stack& stack, size_t first,
                                                    ShapeCache& cache) {
-  std::vector<int64_t> key;
-  key.reserve(64);
+  ShapeKey key;
   bool cacheable = true;
   for (size_t i = first; i < stack.size() && cacheable; ++i) {
     cacheable = add_value(key, stack[i], mutable_arg[i - first]);
@@ -154,7 +153,7 @@ std::shared_ptr<const InferredShapes> infer_shapes(const c10::OperatorHandle& op
   const uint64_t hash = hash_key(key);
   if (auto hit = cache.find(key, hash)) return hit;
   auto result = run_meta(op, mutable_arg, stack, first);
-  cache.insert(std::move(key), hash, result);
+  cache.insert(std::vector<int64_t>(key.begin(), key.end()), hash, result);
   return result;
 }
 

@@ -10,6 +10,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
+#include <c10/util/SmallVector.h>
 
 #include <atomic>
 #include <memory>
@@ -42,10 +43,13 @@ struct InferredShapes {
   mutable std::atomic<int> verdict{0};
 };
 
+// What the meta kernel sees of a call, built on the stack for every call.
+using ShapeKey = c10::SmallVector<int64_t, 64>;
+
 class ShapeCache {
  public:
   static constexpr size_t kMaxEntries = 4096;  // per op; cleared when full
-  std::shared_ptr<const InferredShapes> find(const std::vector<int64_t>& key, uint64_t hash) const;
+  std::shared_ptr<const InferredShapes> find(c10::ArrayRef<int64_t> key, uint64_t hash) const;
   void insert(std::vector<int64_t> key, uint64_t hash, std::shared_ptr<const InferredShapes> value);
 
  private:

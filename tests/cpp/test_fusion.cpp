@@ -49,9 +49,9 @@ struct TraceBuilder {
     for (size_t i = 0; i < shape.size(); ++i) v.strides[space.size() - shape.size() + i] = own[i];
     return v;
   }
-  trace::TraceOp& op(std::string name, std::vector<int64_t> sizes, uint64_t reduced = 0) {
+  trace::TraceOp& op(const char* name, std::vector<int64_t> sizes, uint64_t reduced = 0) {
     trace::TraceOp o;
-    o.name = std::move(name);
+    o.name = name;
     o.sizes = std::move(sizes);
     o.reduced = reduced;
     t.ops.push_back(std::move(o));
