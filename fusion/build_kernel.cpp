@@ -68,9 +68,25 @@ std::optional<PlannedKernel> RegionBuilder::build(const std::vector<bool>& keep)
   std::vector<Dim> dims;
   bool any_reduction = false;
   for (bool r : reduction_needed) any_reduction |= r;
+  // With every reduction dead the reduced dims still matter: a store of the
+  // epilogue (one element per row, stride 0 along them) must run once per
+  // row, not once per element along them, since it may read what it writes
+  // (`y.mul_(2)` fused after a `max` whose result was freed).
+  bool row_views = false, element_views = false;
+  for (const auto& v : views) {
+    bool moves = false;
+    for (size_t d = 0; d < sizes_.size(); ++d) moves |= ((reduced_ >> d) & 1) && sizes_[d] != 1 && v.strides[d] != 0;
+    (moves ? element_views : row_views) = true;
+  }
+  // Iterated as reduced dims (a row kernel, epilogue stores once per row),
+  // left out (nothing moves along them), or as plain dims (no epilogue store).
+  const bool rows = any_reduction || (element_views && row_views);
+  const bool drop_reduced = !rows && !element_views;
   for (int pass = 0; pass < 2; ++pass) {
     for (size_t d = 0; d < sizes_.size(); ++d) {
-      const bool red = ((reduced_ >> d) & 1) && any_reduction;
+      const bool in_reduced = (reduced_ >> d) & 1;
+      if (in_reduced && drop_reduced) continue;
+      const bool red = in_reduced && rows;
       if (red != (pass == 1) || sizes_[d] == 1) continue;
       Dim dim{sizes_[d], red, {}};
       for (const auto& v : views) dim.strides.push_back(v.strides[d]);
@@ -86,7 +102,7 @@ std::optional<PlannedKernel> RegionBuilder::build(const std::vector<bool>& keep)
       }
       dims.push_back(std::move(dim));
     }
-    if (pass == 1 && any_reduction && (dims.empty() || !dims.back().reduced)) {
+    if (pass == 1 && rows && (dims.empty() || !dims.back().reduced)) {
       dims.push_back({1, true, std::vector<int64_t>(views.size(), 0)});
     }
   }

@@ -1,16 +1,38 @@
 // Copies between host and device and between devices (aten::_copy_from,
 // which copy_, .to() and .cpu() reach for a non-CPU device).
+#include <ATen/MemoryOverlap.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/native/Copy.h>
 #include <ATen/ops/copy_native.h>
 #include <torch/library.h>
 
+#include "dispatch/lazy.h"
 #include "dispatch/neuron.h"
+#include "dispatch/op_plan.h"
 #include "dispatch/tensor_alias.h"
 
 namespace kiln::dispatch {
 namespace {
 
+// In lazy mode a copy within one device is a traced pointwise op (clone,
+// contiguous and reshape of a non-viewable tensor reach it): it fuses with
+// what produces and reads it instead of flushing the trace. Copies that eager
+// refuses (a destination that overlaps itself or partly overlaps the source)
+// keep the launched copy, which raises eager's error.
+bool record_copy(const at::Tensor& src, const at::Tensor& dst) {
+  if (!settings().lazy || src.device() != dst.device()) return false;
+  if (at::has_internal_overlap(dst) == at::MemOverlap::Yes) return false;
+  if (at::get_overlap_status(dst, src) == at::MemOverlapStatus::Partial) return false;
+  static const OpPlan& plan = plan_for(c10::Dispatcher::singleton().findSchemaOrThrow("aten::copy_", ""));
+  const torch::jit::Stack stack{dst, src, false};
+  const c10::IValue output(dst);
+  const bool fresh = false;  // written in place
+  return try_record(plan, stack, 0, dst.device().index(), c10::ArrayRef<c10::IValue>(output),
+                    c10::ArrayRef<bool>(fresh));
+}
+
 void copy_device_to_device(const at::Tensor& src, const at::Tensor& dst) {
+  if (record_copy(src, dst)) return;
   runtime::Device& dst_dev = device(dst.device().index());
   if (src.device() != dst.device()) {
     // The source's pending writes land first; its storage stays alive until

@@ -223,6 +223,15 @@ void copy_cast(LowerCtx& c) {
   c.store(0, c.value(0, LowerCtx::dtype(src.scalar_type())));
 }
 
+// copy_(self, src) within one device (copy.cpp records it): src broadcast
+// into self's shape and converted to its dtype, as eager's copy converts.
+void copy_into(LowerCtx& c) {
+  c.pointwise_space();
+  const at::Tensor& src = c.tensor(1);
+  if (c.out(0).device() != src.device()) throw Decline{};
+  c.store(0, c.value(1, LowerCtx::dtype(src.scalar_type())));
+}
+
 // isposinf / isneginf: x == +inf / -inf; never for integers and bool.
 void equals_infinity(LowerCtx& c, double sign) {
   c.pointwise_space();
@@ -599,6 +608,7 @@ const std::unordered_map<std::string, Lower>& table() {
       {"zero", zero},
       {"_to_copy", copy_cast},
       {"clone", copy_cast},
+      {"copy", copy_into},
       // reductions
       {"sum", sum},
       {"prod", prod},

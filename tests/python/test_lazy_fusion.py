@@ -126,6 +126,55 @@ def test_aliasing_input_and_output_gives_eagers_answer():
     assert torch.equal(out.cpu(), f(x.clone()))
 
 
+def test_copies_within_the_device_are_traced():
+    """clone, contiguous and select's backward reach copy_ on the device: it is
+    recorded like any pointwise op instead of flushing and launching a copy."""
+    def f(x, b):
+        t = (x * 2).t().contiguous() + 1          # clone -> copy_
+        into = torch.zeros(4, 6, dtype=torch.int32, device=x.device)
+        into[1:].copy_(b * 3)                     # into a view: broadcast and float -> int32
+        return t, into
+
+    x, b = torch.randn(6, 5), torch.randn(6) * 10
+    kiln.metrics.reset()
+    (t, into), kernels, library = kernels_for(f, x, b)
+    launched = kiln.metrics.counters()["launches"]
+    assert "copy device->device" not in launched and library == 0, launched
+    want_t, want_into = f(x, b)
+    assert torch.equal(t.cpu(), want_t) and torch.equal(into.cpu(), want_into)
+
+
+def test_a_copy_eager_refuses_still_raises():
+    z = torch.arange(10.0, device=DEVICE)
+    with pytest.raises(RuntimeError, match="refer to a single memory location"):
+        z[1:].copy_(z[:-1])  # partial overlap: launched, as eager raises it
+        getattr(torch, DEVICE).synchronize()
+
+
+def test_an_in_place_epilogue_of_a_dead_reduction_runs_once_per_row():
+    """y.mul_ fuses after x.max(dim) as its epilogue; when the max is freed
+    before the flush, y is still multiplied once, with and without a kept
+    element-wise store of the prologue in the same region."""
+    def f(x, y, keep_prologue):
+        z = torch.minimum(y, x)           # prologue over x's shape
+        m = x.max(dim=1, keepdim=True).values
+        y.mul_(-1.5)                      # epilogue over the kept dim, in place
+        del m
+        if not keep_prologue:
+            del z
+            return y
+        return y, z
+
+    x, y = torch.randn(3, 4), torch.randn(3, 1)
+    for keep in (False, True):
+        out, _, _ = kernels_for(lambda a, b: f(a, b, keep), x, y.clone())
+        want = f(x, y.clone(), keep)
+        if keep:
+            assert torch.equal(out[0].cpu(), want[0]) and torch.equal(out[1].cpu(), want[1])
+        else:
+            assert torch.equal(out.cpu(), want)
+
+
 def test_mutation_while_a_pending_op_needs_the_old_value():
     def f(x):
         y = x * 3          # pending: needs the old x
