@@ -49,6 +49,9 @@ const std::vector<KnobSpec>& knob_table() {
        "which bypass the cache; 0: never; auto = 4 per KILN_NUM_THREADS thread.", 0, 1 << 20, {}, "auto"},
       {"KILN_DUMP_DIR", KnobKind::Path, "",
        "Directory where the Kernel IR and LLVM IR of every compiled region are written (empty: off)."},
+      {"KILN_DIFF_CASES", KnobKind::Integer, "2000",
+       "Test suite only: how many seeded random programs the lazy-vs-eager differential test runs "
+       "(tests/python/test_lazy_differential.py); kiln itself does not read it.", 1, 100000000},
   };
   return table;
 }

@@ -23,7 +23,7 @@ const std::vector<std::string> kAllKnobs = {
     "KILN_DEVICE_NAME", "KILN_DEVICE_COUNT", "KILN_DEVICE_MEMORY_MB", "KILN_LAUNCH_BLOCKING",
     "KILN_FALLBACK",    "KILN_METRICS",      "KILN_LOG",              "KILN_MODE",
     "KILN_TRACE_MAX_OPS", "KILN_FUSION_MAX_OPS", "KILN_FAST_MATH",     "KILN_NUM_THREADS",
-    "KILN_STREAM_MIN_MB", "KILN_DUMP_DIR",
+    "KILN_STREAM_MIN_MB", "KILN_DUMP_DIR",     "KILN_DIFF_CASES",
 };
 
 bool contains(const std::string& haystack, const std::string& needle) {
