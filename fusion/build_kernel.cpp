@@ -72,15 +72,18 @@ std::optional<PlannedKernel> RegionBuilder::build(const std::vector<bool>& keep)
   // epilogue (one element per row, stride 0 along them) must run once per
   // row, not once per element along them, since it may read what it writes
   // (`y.mul_(2)` fused after a `max` whose result was freed).
-  bool row_views = false, element_views = false;
-  for (const auto& v : views) {
-    bool moves = false;
-    for (size_t d = 0; d < sizes_.size(); ++d) moves |= ((reduced_ >> d) & 1) && sizes_[d] != 1 && v.strides[d] != 0;
-    (moves ? element_views : row_views) = true;
-  }
+  auto moves_along_reduced = [&](const trace::View& v) {
+    for (size_t d = 0; d < sizes_.size(); ++d) {
+      if (((reduced_ >> d) & 1) && sizes_[d] != 1 && v.strides[d] != 0) return true;
+    }
+    return false;
+  };
+  bool element_views = false, row_stores = false;
+  for (const auto& v : views) element_views |= moves_along_reduced(v);
+  for (size_t i = 0; i < stores_.size(); ++i) row_stores |= keep[i] && !moves_along_reduced(stores_[i].view);
   // Iterated as reduced dims (a row kernel, epilogue stores once per row),
   // left out (nothing moves along them), or as plain dims (no epilogue store).
-  const bool rows = any_reduction || (element_views && row_views);
+  const bool rows = any_reduction || (element_views && row_stores);
   const bool drop_reduced = !rows && !element_views;
   for (int pass = 0; pass < 2; ++pass) {
     for (size_t d = 0; d < sizes_.size(); ++d) {

@@ -16,6 +16,7 @@
 #include <memory>
 #include <new>
 #include <stdexcept>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -24,6 +25,7 @@ namespace kiln {
 template <class T, size_t N>
 class InlineVector {
   static_assert(N > 0, "an InlineVector keeps at least one element inline");
+  static_assert(std::is_nothrow_move_constructible_v<T>, "moves (and growth) must not throw");
 
  public:
   using value_type = T;
@@ -117,7 +119,7 @@ class InlineVector {
   }
   void pop_back() { std::destroy_at(data_ + --size_); }
   void resize(size_t n) {
-    reserve(n);
+    if (n > capacity_) grow_to(std::max(n, 2 * capacity_));
     if (n < size_) std::destroy(begin() + n, end());
     else std::uninitialized_value_construct(end(), begin() + n);
     size_ = n;
@@ -128,7 +130,7 @@ class InlineVector {
       return;
     }
     const T copy = value;  // `value` may be an element
-    reserve(n);
+    if (n > capacity_) grow_to(std::max(n, 2 * capacity_));
     std::uninitialized_fill(end(), begin() + n, copy);
     size_ = n;
   }
@@ -137,11 +139,14 @@ class InlineVector {
     clear();
     resize(n, copy);
   }
-  template <class It>
+  template <class It>  // forward iterators: the range is measured, then copied
   void assign(It first, It last) {
     clear();
     reserve(static_cast<size_t>(std::distance(first, last)));
-    for (; first != last; ++first) ::new (static_cast<void*>(data_ + size_++)) T(*first);
+    for (; first != last; ++first) {
+      ::new (static_cast<void*>(data_ + size_)) T(*first);
+      ++size_;  // after the element exists: a throwing copy leaves only built ones
+    }
   }
   T* insert(const T* pos, const T& value) {
     const size_t at = static_cast<size_t>(pos - data_);
@@ -151,6 +156,7 @@ class InlineVector {
   }
   T* erase(const T* pos) { return erase(pos, pos + 1); }
   T* erase(const T* first, const T* last) {
+    if (first == last) return begin() + (first - data_);
     T* f = begin() + (first - data_);
     T* l = begin() + (last - data_);
     T* new_end = std::move(l, end(), f);
@@ -168,8 +174,8 @@ class InlineVector {
 
  private:
   bool is_inline() const { return data_ == inline_data(); }
-  T* inline_data() { return std::launder(reinterpret_cast<T*>(inline_)); }
-  const T* inline_data() const { return std::launder(reinterpret_cast<const T*>(inline_)); }
+  T* inline_data() { return reinterpret_cast<T*>(inline_); }
+  const T* inline_data() const { return reinterpret_cast<const T*>(inline_); }
 
   void check(size_t i) const {
     if (i >= size_) throw std::out_of_range("InlineVector::at: index past the end");

@@ -98,7 +98,7 @@ class Recorder {
   int32_t buffer(void* base, size_t nbytes, bool fresh, const std::shared_ptr<void>& keepalive);
   // Whether `base` is a buffer of the current trace.
   bool touches(const void* base) const;
-  void append(TraceOp op) { trace_.ops.push_back(std::move(op)); }
+  void append(TraceOp&& op) { trace_.ops.push_back(std::move(op)); }
   size_t size() const { return trace_.ops.size(); }
 
   // Called when a device allocation is freed. A fresh buffer of the trace

@@ -1,5 +1,6 @@
 // Copies between host and device and between devices (aten::_copy_from,
 // which copy_, .to() and .cpu() reach for a non-CPU device).
+#include <ATen/ExpandUtils.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/native/Copy.h>
@@ -17,12 +18,16 @@ namespace {
 // In lazy mode a copy within one device is a traced pointwise op (clone,
 // contiguous and reshape of a non-viewable tensor reach it): it fuses with
 // what produces and reads it instead of flushing the trace. Copies that eager
-// refuses (a destination that overlaps itself or partly overlaps the source)
-// keep the launched copy, which raises eager's error.
+// refuses (a destination that overlaps itself or partly overlaps the source,
+// a source that does not broadcast to it) keep the launched copy, which
+// raises eager's error; so do overlaps too intricate to prove either way,
+// whose result would depend on the fused kernel's element order.
 bool record_copy(const at::Tensor& src, const at::Tensor& dst) {
   if (!settings().lazy || src.device() != dst.device()) return false;
-  if (at::has_internal_overlap(dst) == at::MemOverlap::Yes) return false;
-  if (at::get_overlap_status(dst, src) == at::MemOverlapStatus::Partial) return false;
+  if (!at::is_expandable_to(src.sizes(), dst.sizes())) return false;
+  if (at::has_internal_overlap(dst) != at::MemOverlap::No) return false;
+  const at::MemOverlapStatus overlap = at::get_overlap_status(dst, src);
+  if (overlap != at::MemOverlapStatus::No && overlap != at::MemOverlapStatus::Full) return false;
   static const OpPlan& plan = plan_for(c10::Dispatcher::singleton().findSchemaOrThrow("aten::copy_", ""));
   const torch::jit::Stack stack{dst, src, false};
   const c10::IValue output(dst);

@@ -1,5 +1,6 @@
 #include "dispatch/op_plan.h"
 
+#include <atomic>
 #include <shared_mutex>
 #include <unordered_set>
 
@@ -143,30 +144,72 @@ std::unique_ptr<OpPlan> make_plan(const c10::OperatorHandle& op) {
   return owned;
 }
 
+// Plans of every op dispatched so far, shared by all threads. Never freed
+// (nor is this): recorded trace ops point at plans' names until they are
+// flushed, at exit too.
+struct PlanRegistry {
+  std::shared_mutex mu;
+  std::unordered_map<c10::OperatorName, std::unique_ptr<OpPlan>> plans;
+  std::vector<std::unique_ptr<OpPlan>> retired;  // of deregistered ops
+  std::atomic<uint64_t> epoch{0};                // bumped when an op is deregistered
+};
+
+PlanRegistry& registry() {
+  static auto* r = new PlanRegistry();
+  return *r;
+}
+
+// A deregistered op's plan is retired, and the per-thread maps, keyed by the
+// op's address (which the next op registered may reuse), start over.
+class RetireDeregisteredPlans : public c10::OpRegistrationListener {
+ public:
+  void onOperatorRegistered(const c10::OperatorHandle&) override {}
+  void onOperatorDeregistered(const c10::OperatorHandle& op) override {
+    PlanRegistry& r = registry();
+    std::unique_lock lock(r.mu);
+    auto it = r.plans.find(op.operator_name());
+    if (it != r.plans.end()) {
+      r.retired.push_back(std::move(it->second));
+      r.plans.erase(it);
+    }
+    r.epoch.fetch_add(1, std::memory_order_release);
+  }
+};
+
+// What one thread has looked up: no lock on the way of every dispatched op.
+struct SeenPlans {
+  uint64_t epoch = 0;
+  std::unordered_map<c10::OperatorHandle, const OpPlan*> plans;
+};
+
 }  // namespace
 
 const OpPlan& plan_for(const c10::OperatorHandle& op) {
-  // Every dispatched op looks its plan up: first in this thread's own map
-  // (no lock), then in the shared one. Plans are never freed: recorded trace
-  // ops point at their names until they are flushed, at exit too.
-  thread_local std::unordered_map<c10::OperatorHandle, const OpPlan*> seen;
-  auto hit = seen.find(op);
-  if (hit != seen.end()) return *hit->second;
-  static std::shared_mutex mu;
-  static auto* plans = new std::unordered_map<c10::OperatorName, std::unique_ptr<OpPlan>>();
+  static auto* listening = new c10::RegistrationHandleRAII(
+      c10::Dispatcher::singleton().addRegistrationListener(std::make_unique<RetireDeregisteredPlans>()));
+  (void)listening;
+  PlanRegistry& r = registry();
+  thread_local auto* seen = new SeenPlans();  // not destroyed: a late destructor may dispatch
+  const uint64_t epoch = r.epoch.load(std::memory_order_acquire);
+  if (seen->epoch != epoch) {
+    seen->plans.clear();
+    seen->epoch = epoch;
+  }
+  auto hit = seen->plans.find(op);
+  if (hit != seen->plans.end()) return *hit->second;
   const auto& name = op.operator_name();
   const OpPlan* found = nullptr;
   {
-    std::shared_lock lock(mu);
-    auto it = plans->find(name);
-    if (it != plans->end()) found = it->second.get();
+    std::shared_lock lock(r.mu);
+    auto it = r.plans.find(name);
+    if (it != r.plans.end()) found = it->second.get();
   }
   if (found == nullptr) {
     auto plan = make_plan(op);
-    std::unique_lock lock(mu);
-    found = plans->emplace(name, std::move(plan)).first->second.get();
+    std::unique_lock lock(r.mu);
+    found = r.plans.emplace(name, std::move(plan)).first->second.get();
   }
-  seen.emplace(op, found);
+  seen->plans.emplace(op, found);
   return *found;
 }
 

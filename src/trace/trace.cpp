@@ -85,6 +85,10 @@ bool Recorder::on_free(const void* base) {
 Trace Recorder::take() {
   Trace t = std::move(trace_);
   trace_ = Trace{};
+  // The next trace is likely as long: room for its ops up front, so that
+  // recording does not move every op again each time the list doubles
+  // (a TraceOp keeps its lists inline and is large to move).
+  trace_.ops.reserve(t.ops.size());
   live_.clear();
   return t;
 }

@@ -149,6 +149,9 @@ def test_a_copy_eager_refuses_still_raises():
     with pytest.raises(RuntimeError, match="refer to a single memory location"):
         z[1:].copy_(z[:-1])  # partial overlap: launched, as eager raises it
         getattr(torch, DEVICE).synchronize()
+    with pytest.raises(RuntimeError, match="doesn't match the broadcast shape"):
+        torch.tensor(1.0, device=DEVICE).copy_(torch.ones(1, device=DEVICE))  # [1] into []
+        getattr(torch, DEVICE).synchronize()
 
 
 def test_an_in_place_epilogue_of_a_dead_reduction_runs_once_per_row():

@@ -70,3 +70,23 @@ def test_fallback_policy(policy):
 def test_metrics_report_at_exit():
     r = run_python(f"import torch; (torch.ones(3, device='{DEVICE}') + 1).cpu()", env={"KILN_METRICS": "1"})
     assert "kiln metrics" in r.stderr and "launches" in r.stderr
+
+
+def test_an_op_registered_after_one_was_removed_gets_its_own_plan(dev):
+    """A removed op's address is reused by the next one registered (custom ops
+    of a torch.library.Library that is destroyed): kiln's plan for it, looked
+    up by address, must not be the removed op's. The fallback counter names
+    the op whose plan ran."""
+    wrong = []
+    for i in range(8):
+        lib = torch.library.Library("kilntest", "DEF")
+        name = f"plus_one_{i}"
+        lib.define(f"{name}(Tensor x) -> Tensor")
+        lib.impl(name, lambda x: x + 1, "CPU")
+        kiln.metrics.reset()
+        out = getattr(torch.ops.kilntest, name)(torch.ones(3, device=dev)).cpu()  # a host fallback: warns
+        assert torch.equal(out, torch.full((3,), 2.0))
+        if set(kiln.metrics.counters()["fallbacks"]) != {f"kilntest::{name}"}:
+            wrong.append((name, kiln.metrics.counters()["fallbacks"]))
+        lib._destroy()
+    assert not wrong, wrong
