@@ -1,7 +1,5 @@
 // Copies between host and device and between devices (aten::_copy_from,
 // which copy_, .to() and .cpu() reach for a non-CPU device).
-#include <ATen/ExpandUtils.h>
-#include <ATen/MemoryOverlap.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/native/Copy.h>
 #include <ATen/ops/copy_native.h>
@@ -17,17 +15,10 @@ namespace {
 
 // In lazy mode a copy within one device is a traced pointwise op (clone,
 // contiguous and reshape of a non-viewable tensor reach it): it fuses with
-// what produces and reads it instead of flushing the trace. Copies that eager
-// refuses (a destination that overlaps itself or partly overlaps the source,
-// a source that does not broadcast to it) keep the launched copy, which
-// raises eager's error; so do overlaps too intricate to prove either way,
-// whose result would depend on the fused kernel's element order.
+// what produces and reads it instead of flushing the trace. Its lowering
+// (copy_into) declines the copies eager refuses; they launch as before.
 bool record_copy(const at::Tensor& src, const at::Tensor& dst) {
-  if (!settings().lazy || src.device() != dst.device()) return false;
-  if (!at::is_expandable_to(src.sizes(), dst.sizes())) return false;
-  if (at::has_internal_overlap(dst) != at::MemOverlap::No) return false;
-  const at::MemOverlapStatus overlap = at::get_overlap_status(dst, src);
-  if (overlap != at::MemOverlapStatus::No && overlap != at::MemOverlapStatus::Full) return false;
+  if (!settings().lazy) return false;  // before the plan lookup: eager mode never needs it
   static const OpPlan& plan = plan_for(c10::Dispatcher::singleton().findSchemaOrThrow("aten::copy_", ""));
   const torch::jit::Stack stack{dst, src, false};
   const c10::IValue output(dst);

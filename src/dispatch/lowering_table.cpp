@@ -10,6 +10,8 @@
 // add/sub with alpha and lerp use an FMA, as at::vec does).
 #include "dispatch/lowering.h"
 
+#include <ATen/ExpandUtils.h>
+#include <ATen/MemoryOverlap.h>
 #include <c10/core/DefaultDtype.h>
 
 #include <cmath>
@@ -225,10 +227,18 @@ void copy_cast(LowerCtx& c) {
 
 // copy_(self, src) within one device (copy.cpp records it): src broadcast
 // into self's shape and converted to its dtype, as eager's copy converts.
+// Copies eager refuses (self overlaps itself or partly overlaps src, src does
+// not broadcast to self) decline, and the launched copy raises eager's error;
+// so do overlaps too intricate to prove either way, whose result would
+// depend on the fused kernel's element order.
 void copy_into(LowerCtx& c) {
-  c.pointwise_space();
+  const at::Tensor& self = c.out(0);
   const at::Tensor& src = c.tensor(1);
-  if (c.out(0).device() != src.device()) throw Decline{};
+  if (self.device() != src.device() || !at::is_expandable_to(src.sizes(), self.sizes())) throw Decline{};
+  if (at::has_internal_overlap(self) != at::MemOverlap::No) throw Decline{};
+  const at::MemOverlapStatus overlap = at::get_overlap_status(self, src);
+  if (overlap != at::MemOverlapStatus::No && overlap != at::MemOverlapStatus::Full) throw Decline{};
+  c.pointwise_space();
   c.store(0, c.value(1, LowerCtx::dtype(src.scalar_type())));
 }
 
