@@ -38,13 +38,44 @@ bool streams(const PlannedKernel& k, const Options& options) {
   return k.work >= (options.stream_min_bytes + bytes_per_element - 1) / bytes_per_element;
 }
 
+int64_t floor_mod(int64_t x, int64_t m) { return ((x % m) + m) % m; }
+
+// Whether two views with the same strides address disjoint elements
+// although their extents interleave, as the column blocks of one
+// [batch, 4 * hidden] buffer do. Ordered by stride, the inner dims cover a
+// block narrower than the next stride, every outer stride is a multiple of
+// that stride M, and the two blocks land apart modulo M.
+bool interleaved_but_disjoint(const trace::View& a, const trace::View& b, const std::vector<int64_t>& sizes) {
+  if (a.strides != b.strides || a.dtype != b.dtype) return false;
+  std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size) of the dims that move
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 1 || a.strides[d] == 0) continue;
+    if (a.strides[d] < 0) return false;
+    dims.emplace_back(a.strides[d], sizes[d]);
+  }
+  std::sort(dims.begin(), dims.end());
+  int64_t span = 0;  // elements the inner dims reach past their first
+  for (size_t k = 0; k + 1 < dims.size(); ++k) {
+    span += dims[k].first * (dims[k].second - 1);
+    const int64_t m = dims[k + 1].first;
+    if (span >= m) continue;
+    bool outer_multiples = true;
+    for (size_t e = k + 1; e < dims.size(); ++e) outer_multiples = outer_multiples && dims[e].first % m == 0;
+    if (!outer_multiples) continue;
+    const int64_t apart = floor_mod(b.offset - a.offset, m);
+    if (apart > span && m - apart > span) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 bool RegionBuilder::overlaps(const trace::View& a, const trace::View& b) const {
   if (a.buffer != b.buffer) return false;
   auto ea = extent(a, sizes_), eb = extent(b, sizes_);
   if (ea.first == ea.second || eb.first == eb.second) return false;
-  return ea.first < eb.second && eb.first < ea.second;
+  if (!(ea.first < eb.second && eb.first < ea.second)) return false;
+  return !interleaved_but_disjoint(a, b, sizes_);
 }
 
 std::optional<std::vector<int32_t>> RegionBuilder::embed(const trace::TraceOp& op) const {

@@ -11,6 +11,7 @@ namespace kiln {
 
 enum class Counter {
   Launches,        // every launch on a device queue, by op (library kernels and copies)
+  TracedOps,       // ops recorded in lazy mode and run inside fused kernels, by op
   LibraryKernels,  // ops run as the CPU implementation on device memory, by op
   Fallbacks,       // ops that needed a host round trip, by op
   SyncPoints,      // host waits for a device, by reason
@@ -43,7 +44,7 @@ class Metrics {
 
  private:
   using Table = std::map<std::string, int64_t, std::less<>>;
-  static constexpr int kCounters = 14;
+  static constexpr int kCounters = 15;
   mutable std::mutex mu_;
   Table tables_[kCounters];
 };

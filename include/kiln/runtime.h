@@ -22,6 +22,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <exception>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -49,17 +50,32 @@ class LaunchError : public std::runtime_error {
   int device;
   std::string launch_name;
   std::string message;
+  // What the launch threw, so the layer above can raise it as the same kind
+  // of error (an index error stays an index error).
+  std::exception_ptr cause;
 };
 
 // ---------------------------------------------------------------- memory
 
 struct MemoryStats {
-  int64_t allocated_bytes = 0;       // bytes handed out and not yet freed
+  // Now, and the highest since the start or the last reset_peak_stats().
+  int64_t allocated_bytes = 0;       // bytes handed out and not yet freed (rounded to kGranularity)
   int64_t reserved_bytes = 0;        // bytes the pool holds (allocated + cached)
+  int64_t requested_bytes = 0;       // what callers asked for, of the live blocks
+  int64_t live_allocations = 0;
   int64_t peak_allocated_bytes = 0;
   int64_t peak_reserved_bytes = 0;
-  int64_t allocation_count = 0;      // allocations ever served
+  int64_t peak_requested_bytes = 0;
+  int64_t peak_live_allocations = 0;
+  // Totals since the start or the last reset_accumulated_stats().
+  int64_t allocation_count = 0;      // allocations served
   int64_t free_count = 0;
+  int64_t allocated_bytes_total = 0;
+  int64_t freed_bytes_total = 0;
+  int64_t requested_bytes_total = 0;
+  int64_t requested_freed_bytes_total = 0;
+  int64_t reserved_bytes_total = 0;  // bytes taken from the host
+  int64_t released_bytes_total = 0;  // bytes given back (empty_cache, or to make room)
   int64_t oom_count = 0;
   int64_t capacity_bytes = 0;
 };
@@ -83,6 +99,7 @@ class MemoryPool {
   bool owns(const void* ptr) const;
   MemoryStats stats() const;
   void reset_peak_stats();
+  void reset_accumulated_stats();
   size_t capacity() const { return capacity_; }
 
  private:
@@ -90,7 +107,11 @@ class MemoryPool {
   const int device_;
   const size_t capacity_;
   mutable std::mutex mu_;
-  std::unordered_map<void*, size_t> live_;                 // ptr -> rounded size
+  struct Block {
+    size_t size;       // rounded
+    size_t requested;  // what the caller asked for
+  };
+  std::unordered_map<void*, Block> live_;
   std::unordered_map<size_t, std::vector<void*>> cached_;  // rounded size -> free blocks
   MemoryStats stats_;
 };

@@ -286,8 +286,8 @@ class Lowering {
         return libm("erf", {x});
       case Op::Expm1: return libm("expm1", {x});
       case Op::Log1p: return libm("log1p", {x});
-      case Op::Sinh: return libm("sinh", {x});
-      case Op::Cosh: return libm("cosh", {x});
+      case Op::Sinh:
+      case Op::Cosh: return sinh_cosh(x, op == Op::Cosh);
       case Op::Asin: return libm("asin", {x});
       case Op::Acos: return libm("acos", {x});
       case Op::Atan: return libm("atan", {x});
@@ -403,6 +403,21 @@ class Lowering {
     Value* scale2 = b_.CreateBitCast(b_.CreateShl(b_.CreateSub(bits, half), 23), ty);
     return b_.CreateFMul(b_.CreateFMul(p, scale1), scale2);
   }
+
+  // Eager's vectorized float kernels (which every tensor of 32 floats or
+  // more takes) compute sinh and cosh through expf(|x|): infinite once that
+  // overflows, at |x| > ln(FLT_MAX), where libm's sinhf stays finite up to
+  // 89.4. kiln gives the vectorized kernels' answer (eager's scalar tail
+  // loop gives libm's; docs/fusion.md, "Numerics").
+  Value* sinh_cosh(Value* x, bool cosh) {
+    Value* r = libm(cosh ? "cosh" : "sinh", {x});
+    if (!x->getType()->isFloatTy()) return r;
+    llvm::Type* ty = x->getType();
+    Value* inf = fconst(ty, std::numeric_limits<double>::infinity());
+    Value* overflow = b_.CreateFCmpOGT(intrinsic(llvm::Intrinsic::fabs, {x}), fconst(ty, kLargestExpfArgument));
+    return b_.CreateSelect(overflow, cosh ? inf : intrinsic(llvm::Intrinsic::copysign, {inf, x}), r);
+  }
+  static constexpr double kLargestExpfArgument = 88.72283172607421875;  // the largest float x with expf(x) finite
 
   // sin and cos both reduce to (-1)^n sin(r): x = r + q pi/2 with q = 2n
   // (sin) or 2n + 1 (cos), |r| <= pi/2, then one odd polynomial (SLEEF's

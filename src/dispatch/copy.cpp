@@ -1,6 +1,8 @@
 // Copies between host and device and between devices (aten::_copy_from,
 // which copy_, .to() and .cpu() reach for a non-CPU device).
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/MemoryOverlap.h>
+#include <ATen/TensorIterator.h>
 #include <ATen/native/Copy.h>
 #include <ATen/ops/copy_native.h>
 #include <torch/library.h>
@@ -59,9 +61,25 @@ void copy_device_to_host(const at::Tensor& src, const at::Tensor& dst) {
   dst.copy_(host_alias(src));
 }
 
+// Eager's argument checks of copy_, at the call whichever way the copy
+// then runs (a launched copy would raise them at the next sync).
+void check_copy_arguments(const at::Tensor& src, const at::Tensor& dst) {
+  if (!at::is_expandable_to(src.sizes(), dst.sizes())) {
+    // TensorIterator's broadcast error, word for word, from meta twins.
+    auto meta = [](const at::Tensor& t) {
+      return at::empty_strided(t.sizes(), t.strides(), t.options().device(c10::kMeta));
+    };
+    const at::Tensor out = meta(dst), in = meta(src);
+    at::TensorIteratorConfig().add_output(out).add_const_input(in).resize_outputs(false).build();
+  }
+  at::assert_no_internal_overlap(dst);
+  at::assert_no_partial_overlap(dst, src);
+}
+
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   TORCH_CHECK(self.defined() && dst.defined(), "copy: source and destination must be defined");
   if (dst.numel() == 0) return dst;
+  check_copy_arguments(self, dst);
   return with_torch_errors([&] {
     const bool src_dev = self.is_privateuseone(), dst_dev = dst.is_privateuseone();
     if (src_dev && dst_dev) copy_device_to_device(self, dst);

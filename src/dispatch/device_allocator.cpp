@@ -74,15 +74,23 @@ class NeuronDeviceAllocator final : public c10::DeviceAllocator {
     runtime::MemoryStats s = device(index).memory().stats();
     DeviceStats out;
     const auto agg = static_cast<size_t>(StatType::AGGREGATE);
-    set_stat(out.allocated_bytes[agg], s.allocated_bytes, s.peak_allocated_bytes, 0, 0);
-    set_stat(out.reserved_bytes[agg], s.reserved_bytes, s.peak_reserved_bytes, 0, 0);
-    set_stat(out.active_bytes[agg], s.allocated_bytes, s.peak_allocated_bytes, 0, 0);
-    set_stat(out.allocation[agg], s.allocation_count - s.free_count, 0, s.allocation_count, s.free_count);
+    // One pool, no splitting: active equals allocated, every block is its
+    // own segment, and nothing is inactive.
+    set_stat(out.allocated_bytes[agg], s.allocated_bytes, s.peak_allocated_bytes, s.allocated_bytes_total,
+             s.freed_bytes_total);
+    set_stat(out.active_bytes[agg], s.allocated_bytes, s.peak_allocated_bytes, s.allocated_bytes_total,
+             s.freed_bytes_total);
+    set_stat(out.requested_bytes[agg], s.requested_bytes, s.peak_requested_bytes, s.requested_bytes_total,
+             s.requested_freed_bytes_total);
+    set_stat(out.reserved_bytes[agg], s.reserved_bytes, s.peak_reserved_bytes, s.reserved_bytes_total,
+             s.released_bytes_total);
+    set_stat(out.allocation[agg], s.live_allocations, s.peak_live_allocations, s.allocation_count, s.free_count);
+    set_stat(out.active[agg], s.live_allocations, s.peak_live_allocations, s.allocation_count, s.free_count);
     out.num_ooms = s.oom_count;
     return out;
   }
 
-  void resetAccumulatedStats(c10::DeviceIndex) override {}
+  void resetAccumulatedStats(c10::DeviceIndex index) override { device(index).memory().reset_accumulated_stats(); }
 
   void resetPeakStats(c10::DeviceIndex index) override { device(index).memory().reset_peak_stats(); }
 

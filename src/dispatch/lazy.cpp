@@ -79,7 +79,7 @@ void flush_trace(runtime::Device& dev, std::string_view reason) {
   release(dev.index(), freed);
   TORCH_CHECK(failure.empty(), "kiln: running the ops recorded on ", device_string(dev.index()), " since the last ",
               "sync failed: ", failure, ". This is a kiln bug; KILN_MODE=eager runs every op on its own.");
-  if (dev.launch_blocking() && !dev.queue().idle()) synchronize(dev, "launch blocking");
+  if (dev.launch_blocking() && !dev.queue().idle()) wait_for_launches(dev, "launch blocking");
 }
 
 bool try_record(const OpPlan& plan, const torch::jit::Stack& stack, size_t first, c10::DeviceIndex index,
@@ -88,6 +88,7 @@ bool try_record(const OpPlan& plan, const torch::jit::Stack& stack, size_t first
   LowerCtx ctx(plan.name.c_str(), stack, first, outputs, fresh);
   try {
     plan.lowering(ctx);
+    ctx.decline_overlaps();
   } catch (const Decline&) {
     return false;
   } catch (const c10::Error&) {

@@ -34,7 +34,7 @@ namespace {
 
 // Sync-point reason of the shape-inference check (one per op signature: too
 // many to name each op in the report).
-constexpr std::string_view kFirstCall = "first call of an op signature";
+constexpr std::string_view kFirstCall = "first call with these argument shapes";
 
 // An op's results: inline, as most ops have one or two (every dispatched op
 // builds this list).
@@ -277,7 +277,13 @@ void run_async(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::St
   }
 
   auto verdict = static_cast<OpPlan::Verdict>(shapes->verdict.load(std::memory_order_relaxed));
-  const uint64_t signature = verdict == OpPlan::Verdict::Unknown ? argument_signature(*stack, first) : 0;
+  // Checked per argument shapes, not per signature: eager raises argument
+  // errors (shapes that do not fit, overlaps it refuses) at the op, which
+  // only the CPU kernel itself checks; a launch would raise them at the
+  // next sync. Later calls with the same shapes can only fail on data.
+  const uint64_t signature = verdict != OpPlan::Verdict::Unknown ? 0
+                             : shapes->argument_shapes != 0     ? shapes->argument_shapes
+                                                                : argument_signature(*stack, first);
   if (verdict == OpPlan::Verdict::Unknown) {
     verdict = plan.verdict(signature);
     if (verdict != OpPlan::Verdict::Unknown) shapes->verdict.store(static_cast<int>(verdict));

@@ -186,6 +186,72 @@ void LowerCtx::store(size_t j, int32_t node) {
   op_.store(std::move(v), node);
 }
 
+namespace {
+
+// Elements from the first to the last one `t` addresses, in elements.
+int64_t extent(const at::Tensor& t) {
+  int64_t last = 0;
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) == 0) return 0;
+    last += (t.size(d) - 1) * std::abs(t.stride(d));
+  }
+  return last + 1;
+}
+
+// Whether no two elements of `t` share memory, proven from its strides: in
+// increasing order of stride, each stride clears everything the smaller
+// dims span (a sufficient condition, exact for the usual slices and
+// transposes that at::has_internal_overlap calls too hard).
+bool provably_no_internal_overlap(const at::Tensor& t) {
+  c10::SmallVector<std::pair<int64_t, int64_t>, 6> dims;  // (|stride|, size)
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.size(d) == 0) return true;
+    if (t.size(d) != 1) dims.emplace_back(std::abs(t.stride(d)), t.size(d));
+  }
+  std::sort(dims.begin(), dims.end());
+  int64_t span = 0;  // elements the dims so far reach past the first
+  for (auto [stride, size] : dims) {
+    if (stride <= span) return false;
+    span += stride * (size - 1);
+  }
+  return true;
+}
+
+enum class Overlap { None, Same, Other };
+
+Overlap overlap_between(const at::Tensor& a, const at::Tensor& b) {
+  if (a.unsafeGetTensorImpl() == b.unsafeGetTensorImpl()) return Overlap::Same;
+  if (!a.storage().is_alias_of(b.storage()) || a.numel() == 0 || b.numel() == 0) return Overlap::None;
+  if (a.storage_offset() == b.storage_offset() && a.sizes() == b.sizes() && a.strides() == b.strides() &&
+      a.dtype() == b.dtype()) {
+    return Overlap::Same;
+  }
+  auto lowest = [](const at::Tensor& t) {
+    int64_t low = t.storage_offset();
+    for (int64_t d = 0; d < t.dim(); ++d) low += std::min<int64_t>(0, (t.size(d) - 1) * t.stride(d));
+    return low * static_cast<int64_t>(t.element_size());
+  };
+  const int64_t a_begin = lowest(a), b_begin = lowest(b);
+  const int64_t a_end = a_begin + extent(a) * static_cast<int64_t>(a.element_size());
+  const int64_t b_end = b_begin + extent(b) * static_cast<int64_t>(b.element_size());
+  return a_end <= b_begin || b_end <= a_begin ? Overlap::None : Overlap::Other;
+}
+
+}  // namespace
+
+void LowerCtx::decline_overlaps() const {
+  for (size_t j = 0; j < outputs_.size(); ++j) {
+    if (j < fresh_outputs_.size() && fresh_outputs_[j]) continue;  // nothing else can point into it
+    if (!outputs_[j].isTensor() || !outputs_[j].toTensor().defined()) continue;
+    const at::Tensor& written = outputs_[j].toTensor();
+    if (!provably_no_internal_overlap(written)) throw Decline{};
+    for (size_t k = 0; k < tensors_.size(); ++k) {
+      if (tensor_fresh_[k]) continue;
+      if (overlap_between(written, tensors_[k]) == Overlap::Other) throw Decline{};
+    }
+  }
+}
+
 void LowerCtx::commit(trace::Recorder& rec) {
   c10::SmallVector<int32_t, 4> ids(tensors_.size());
   for (size_t k = 0; k < tensors_.size(); ++k) {

@@ -64,6 +64,13 @@ class LowerCtx {
   int32_t n(ir::Op o, ir::DType t, int32_t a, int32_t b = -1, int32_t c = -1) { return op_.add_node(o, t, a, b, c); }
   void store(size_t j, int32_t node);  // output j; for reductions, mapped onto the kept dims
 
+  // Declines when a tensor the op writes in place may overlap itself (an
+  // expanded view) or partly overlap another argument (x.add_(x.t())):
+  // eager refuses some of these and defines others by its own element
+  // order; the library kernel then gives eager's answer or error. Called
+  // after the lowering, on every traced op.
+  void decline_overlaps() const;
+
   // Registers the views' buffers with `rec` and appends the op (rec locked by the caller).
   void commit(trace::Recorder& rec);
 

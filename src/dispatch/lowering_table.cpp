@@ -11,7 +11,6 @@
 #include "dispatch/lowering.h"
 
 #include <ATen/ExpandUtils.h>
-#include <ATen/MemoryOverlap.h>
 #include <c10/core/DefaultDtype.h>
 
 #include <cmath>
@@ -227,17 +226,12 @@ void copy_cast(LowerCtx& c) {
 
 // copy_(self, src) within one device (copy.cpp records it): src broadcast
 // into self's shape and converted to its dtype, as eager's copy converts.
-// Copies eager refuses (self overlaps itself or partly overlaps src, src does
-// not broadcast to self) decline, and the launched copy raises eager's error;
-// so do overlaps too intricate to prove either way, whose result would
-// depend on the fused kernel's element order.
+// Copies eager refuses (src does not broadcast to self; overlaps, which
+// every traced op declines) are not traced.
 void copy_into(LowerCtx& c) {
   const at::Tensor& self = c.out(0);
   const at::Tensor& src = c.tensor(1);
   if (self.device() != src.device() || !at::is_expandable_to(src.sizes(), self.sizes())) throw Decline{};
-  if (at::has_internal_overlap(self) != at::MemOverlap::No) throw Decline{};
-  const at::MemOverlapStatus overlap = at::get_overlap_status(self, src);
-  if (overlap != at::MemOverlapStatus::No && overlap != at::MemOverlapStatus::Full) throw Decline{};
   c.pointwise_space();
   c.store(0, c.value(1, LowerCtx::dtype(src.scalar_type())));
 }

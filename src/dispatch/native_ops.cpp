@@ -1,6 +1,7 @@
 // Ops the device implements itself rather than through the library kernel:
 // allocation, the view primitives (which must alias device storage), resize,
-// set_, and reading a scalar back to the host.
+// set_, reading a scalar back to the host, and whether a CPU tensor's
+// data may be swapped for a device tensor's.
 #include <ATen/EmptyTensor.h>
 #include <ATen/native/Resize.h>
 #include <ATen/ops/_reshape_alias_native.h>
@@ -131,6 +132,18 @@ c10::Scalar local_scalar_dense(const at::Tensor& self) {
   return at::native::_local_scalar_dense_cpu(host_alias(self));
 }
 
+// Whether `from`'s TensorImpl may take `self`'s place (Module.to swaps
+// `param.data` instead of building a new Parameter; `x.data = y`). Dense CPU
+// and device tensors may, as CPU and CUDA tensors may: without it `.to()`
+// unties shared parameters (tied embeddings).
+bool has_compatible_shallow_copy_type(const at::Tensor& self, const at::Tensor& from) {
+  auto dense_here = [](const at::Tensor& t) {
+    return t.layout() == c10::kStrided && (t.is_cpu() || t.is_privateuseone());
+  };
+  return self.unsafeGetTensorImpl()->has_compatible_shallow_copy_type(from.key_set()) ||
+         (dense_here(self) && dense_here(from));
+}
+
 void record_stream(at::Tensor&, c10::Stream) {
   // One queue per device and deferred frees: nothing to record (see the allocator).
 }
@@ -150,6 +163,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_", set_empty);
   m.impl("_local_scalar_dense", local_scalar_dense);
   m.impl("record_stream", record_stream);
+  m.impl("_has_compatible_shallow_copy_type", has_compatible_shallow_copy_type);
 }
 
 }  // namespace kiln::dispatch

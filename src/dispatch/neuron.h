@@ -34,6 +34,10 @@ std::string device_string(c10::DeviceIndex index);  // "neuron:0"
 // c10::Error. Releases the GIL while waiting. `reason` is counted as a sync point.
 void synchronize(runtime::Device& dev, std::string_view reason);
 
+// synchronize() without the flush: what the flush itself calls under
+// KILN_LAUNCH_BLOCKING=1 (a flush that synchronized would flush again).
+void wait_for_launches(runtime::Device& dev, std::string_view reason);
+
 // Submits `work` to the device's queue as one launch named `name` (counted in
 // the metrics). With KILN_LAUNCH_BLOCKING=1 waits for it and raises its error.
 void enqueue(runtime::Device& dev, std::string_view name, runtime::LaunchQueue::Work work);

@@ -42,7 +42,15 @@ bool same_geometry(const c10::IValue& device_result, const c10::IValue& meta_res
     const at::Tensor& d = device_result.toTensor();
     const at::Tensor& m = meta_result.toTensor();
     if (d.defined() != m.defined()) return false;
-    return !d.defined() || (d.sizes() == m.sizes() && d.scalar_type() == m.scalar_type());
+    if (!d.defined()) return true;
+    if (d.sizes() != m.sizes() || d.scalar_type() != m.scalar_type()) return false;
+    // Strides too (svd's Vh is column-major on CPU, row-major from its meta
+    // kernel): a script sees them (is_contiguous, view). Dims of size 1
+    // have no meaningful stride.
+    for (int64_t k = 0; k < d.dim(); ++k) {
+      if (d.size(k) > 1 && d.stride(k) != m.stride(k)) return false;
+    }
+    return true;
   }
   if (device_result.isTensorList() && meta_result.isTensorList()) {
     auto d = device_result.toTensorList();

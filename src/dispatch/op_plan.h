@@ -40,11 +40,13 @@ struct OpPlan {
   mutable std::atomic<bool> out_variant_failed{false};
   mutable ShapeCache shapes;
 
-  // Meta kernels occasionally disagree with the CPU kernel (another dtype
-  // for an output). The first call of each argument signature runs on the
-  // host and checks the meta result against the CPU result; later calls go
-  // asynchronous only if they agreed.
+  // The first call with each argument shapes (InferredShapes::
+  // argument_shapes) runs on the host: the CPU kernel raises eager's
+  // argument errors at the op, and its result is checked against the meta
+  // kernel's, which occasionally disagrees (another dtype for an output).
+  // Later calls go asynchronous only if they agreed.
   enum class Verdict { Unknown, Agrees, Disagrees };
+  static constexpr size_t kMaxVerdicts = 4096;  // cleared when full: the next calls check again
   Verdict verdict(uint64_t signature) const {
     std::lock_guard<std::mutex> lock(verdict_mu);
     auto it = verdicts.find(signature);
@@ -52,6 +54,7 @@ struct OpPlan {
   }
   void set_verdict(uint64_t signature, Verdict v) const {
     std::lock_guard<std::mutex> lock(verdict_mu);
+    if (verdicts.size() >= kMaxVerdicts) verdicts.clear();
     verdicts[signature] = v;
   }
   mutable std::mutex verdict_mu;

@@ -31,17 +31,14 @@ std::string cpu_model_name() {
   return "host CPU";
 }
 
-py::dict memory_stats(int index) {
-  runtime::MemoryStats s = device(index).memory().stats();
+// What torch.<device>.get_device_properties reports, in CUDA's field names
+// where they have a meaning here.
+py::dict device_properties(int index) {
+  const runtime::MemoryStats s = device(index).memory().stats();
   py::dict d;
-  d["allocated_bytes"] = s.allocated_bytes;
-  d["reserved_bytes"] = s.reserved_bytes;
-  d["peak_allocated_bytes"] = s.peak_allocated_bytes;
-  d["peak_reserved_bytes"] = s.peak_reserved_bytes;
-  d["allocation_count"] = s.allocation_count;
-  d["free_count"] = s.free_count;
-  d["oom_count"] = s.oom_count;
-  d["capacity_bytes"] = s.capacity_bytes;
+  d["name"] = "kiln emulated accelerator (host-memory device, native code for " + cpu_model_name() + ")";
+  d["total_memory"] = s.capacity_bytes;
+  d["multi_processor_count"] = settings().num_threads;  // the threads a compiled kernel splits over
   return d;
 }
 
@@ -67,14 +64,7 @@ PYBIND11_MODULE(_C, m) {
       synchronize(device(index), "synchronize");
     }
   }, py::arg("index") = -1);
-  m.def("get_device_name", [](int index) {
-    auto stats = device(index).memory().stats();
-    return "kiln emulated accelerator " + std::to_string(index) + " (host-memory device, " +
-           std::to_string(stats.capacity_bytes >> 20) + " MiB, native code for " + cpu_model_name() + ")";
-  });
-  m.def("memory_stats", &memory_stats, py::arg("index"));
-  m.def("reset_peak_memory_stats", [](int index) { device(index).memory().reset_peak_stats(); });
-  m.def("empty_cache", [] { c10::getDeviceAllocator(c10::kPrivateUse1)->emptyCache(); });
+  m.def("device_properties", &device_properties, py::arg("index"));
   m.def("default_generator", [](int index) {
     return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(default_generator(index)));
   });

@@ -69,7 +69,7 @@ runtime::Device& device(c10::DeviceIndex index) {
               " device in a forked subprocess: kiln's device queues do not survive fork. "
               "Use the 'spawn' start method (e.g. DataLoader(multiprocessing_context='spawn')).");
   if (index < 0) index = t_current_device;
-  TORCH_CHECK_INDEX(index < g_settings.device_count, device_string(index),
+  TORCH_CHECK(index < g_settings.device_count, device_string(index),
                     " is not a valid device: ", g_settings.device_count, " device(s) exist, valid are ",
                     g_settings.device_name, ":0..", g_settings.device_name, ":", g_settings.device_count - 1,
                     " (KILN_DEVICE_COUNT sets how many)");
@@ -81,15 +81,52 @@ void set_current_device(c10::DeviceIndex index) {
   t_current_device = index;
 }
 
+namespace {
+// A launch's error as the exception type eager raises for it (IndexError
+// for an index out of range), naming the device and the op.
+[[noreturn]] void rethrow_launch_error(const runtime::LaunchError& e) {
+  const std::string where =
+      "kiln device " + std::to_string(e.device) + ": launch of " + e.launch_name + " failed: ";
+  try {
+    std::rethrow_exception(e.cause);
+  } catch (const c10::IndexError& c) {
+    TORCH_CHECK_INDEX(false, where, c.what_without_backtrace());
+  } catch (const c10::ValueError& c) {
+    TORCH_CHECK_VALUE(false, where, c.what_without_backtrace());
+  } catch (const c10::TypeError& c) {
+    TORCH_CHECK_TYPE(false, where, c.what_without_backtrace());
+  } catch (const c10::NotImplementedError& c) {
+    TORCH_CHECK_NOT_IMPLEMENTED(false, where, c.what_without_backtrace());
+  } catch (const c10::LinAlgError& c) {
+    TORCH_CHECK_LINALG(false, where, c.what_without_backtrace());
+  } catch (const c10::OutOfMemoryError& c) {
+    TORCH_CHECK_WITH(OutOfMemoryError, false, where, c.what_without_backtrace());
+  } catch (const c10::Error& c) {
+    TORCH_CHECK(false, where, c.what_without_backtrace());
+  } catch (const runtime::OutOfMemoryError& c) {
+    TORCH_CHECK_WITH(OutOfMemoryError, false, where, c.what());
+  } catch (...) {
+  }
+  TORCH_CHECK(false, e.what());
+}
+}  // namespace
+
 void rethrow_as_torch_error(const std::exception& e) {
   if (dynamic_cast<const runtime::OutOfMemoryError*>(&e) != nullptr) {
     TORCH_CHECK_WITH(OutOfMemoryError, false, e.what());
+  }
+  if (const auto* launch = dynamic_cast<const runtime::LaunchError*>(&e); launch != nullptr && launch->cause) {
+    rethrow_launch_error(*launch);
   }
   TORCH_CHECK(false, e.what());
 }
 
 void synchronize(runtime::Device& dev, std::string_view reason) {
   flush_trace(dev, reason);
+  wait_for_launches(dev, reason);
+}
+
+void wait_for_launches(runtime::Device& dev, std::string_view reason) {
   Metrics::global().add(Counter::SyncPoints, reason);
   auto& queue = dev.queue();
   if (!queue.idle()) {
@@ -113,14 +150,9 @@ void synchronize(runtime::Device& dev, std::string_view reason) {
 void enqueue(runtime::Device& dev, std::string_view name, runtime::LaunchQueue::Work work) {
   flush_trace(dev, "untraced op");  // what the program issued before this runs before it
   Metrics::global().add(Counter::Launches, name);
-  dev.queue().submit(std::string(name), [work = std::move(work)]() mutable {
-    try {
-      work();
-    } catch (const c10::Error& e) {
-      // The runtime reports what() of the exception: drop c10's C++ backtrace.
-      throw std::runtime_error(e.what_without_backtrace());
-    }
-  });
+  // What the work throws reaches the next sync point as a LaunchError
+  // carrying it (rethrow_launch_error gives it back its type).
+  dev.queue().submit(std::string(name), std::move(work));
   if (dev.launch_blocking()) synchronize(dev, "launch blocking");
 }
 

@@ -31,7 +31,7 @@ void ShapeCache::insert(std::vector<int64_t> key, uint64_t hash, std::shared_ptr
 namespace {
 
 enum Tag : int64_t { kTensor = 1, kUndefined, kInt, kDouble, kBool, kNone, kString, kIntList, kDoubleList, kBoolList,
-                     kTensorList, kDevice, kGenerator, kComplex, kSymInt };
+                     kTensorList, kDevice, kGenerator, kComplex, kSymInt, kAlias };
 
 void add_tensor(ShapeKey& key, const at::Tensor& t, bool written = false) {
   if (!t.defined()) {
@@ -55,15 +55,17 @@ int64_t bits(double d) {
   return b;
 }
 
-// Appends what the meta kernel can see of `v`. False when `v` is of a kind
+// Appends what the meta kernel can see of `v`: its structure to `key`, the
+// bits of floating-point values to `floats`. False when `v` is of a kind
 // this key does not describe (the call is then not cached).
-bool add_value(ShapeKey& key, const c10::IValue& v, bool written) {
+bool add_value(ShapeKey& key, ShapeKey& floats, const c10::IValue& v, bool written) {
   if (v.isTensor()) {
     add_tensor(key, v.toTensor(), written);
   } else if (v.isInt()) {
     key.insert(key.end(), {kInt, v.toInt()});
   } else if (v.isDouble()) {
-    key.insert(key.end(), {kDouble, bits(v.toDouble())});
+    key.push_back(kDouble);
+    floats.push_back(bits(v.toDouble()));
   } else if (v.isBool()) {
     key.insert(key.end(), {kBool, v.toBool()});
   } else if (v.isNone()) {
@@ -76,8 +78,8 @@ bool add_value(ShapeKey& key, const c10::IValue& v, bool written) {
     for (int64_t x : v.toIntList()) key.push_back(x);
   } else if (v.isDoubleList()) {
     key.push_back(kDoubleList);
-    for (double x : v.toDoubleList()) key.push_back(bits(x));
-    key.push_back(-1);
+    key.push_back(static_cast<int64_t>(v.toDoubleList().size()));
+    for (double x : v.toDoubleList()) floats.push_back(bits(x));
   } else if (v.isBoolList()) {
     key.push_back(kBoolList);
     for (bool x : v.toBoolList()) key.push_back(x);
@@ -96,7 +98,8 @@ bool add_value(ShapeKey& key, const c10::IValue& v, bool written) {
     key.push_back(kGenerator);
   } else if (v.isComplexDouble()) {
     auto c = v.toComplexDouble();
-    key.insert(key.end(), {kComplex, bits(c.real()), bits(c.imag())});
+    key.push_back(kComplex);
+    floats.insert(floats.end(), {bits(c.real()), bits(c.imag())});
   } else if (v.isSymInt()) {
     auto s = v.toSymInt().maybe_as_int();
     if (!s) return false;
@@ -107,13 +110,33 @@ bool add_value(ShapeKey& key, const c10::IValue& v, bool written) {
   return true;
 }
 
-uint64_t hash_key(c10::ArrayRef<int64_t> key) {
-  uint64_t h = 1469598103934665603ull;
+constexpr uint64_t kHashSeed = 1469598103934665603ull;
+
+uint64_t hash_key(c10::ArrayRef<int64_t> key, uint64_t h = kHashSeed) {
   for (int64_t k : key) h = (h ^ static_cast<uint64_t>(k)) * 1099511628211ull;
   return h;
 }
 
-std::shared_ptr<const InferredShapes> run_meta(const c10::OperatorHandle& op, const std::vector<bool>& mutable_arg,
+// Which top-level tensor arguments share storage, and where they start:
+// eager's kernels refuse some overlaps (x.add_(x.t())), so a call whose
+// arguments overlap differently is another case to check.
+void add_storage_sharing(ShapeKey& key, const torch::jit::Stack& stack, size_t first) {
+  for (size_t i = first; i < stack.size(); ++i) {
+    if (!stack[i].isTensor() || !stack[i].toTensor().defined()) continue;
+    const at::Tensor& a = stack[i].toTensor();
+    for (size_t j = first; j < i; ++j) {
+      if (!stack[j].isTensor() || !stack[j].toTensor().defined()) continue;
+      const at::Tensor& b = stack[j].toTensor();
+      if (a.storage().is_alias_of(b.storage())) {
+        key.insert(key.end(), {kAlias, static_cast<int64_t>(i - first), static_cast<int64_t>(j - first),
+                               a.storage_offset(), b.storage_offset()});
+        break;
+      }
+    }
+  }
+}
+
+std::shared_ptr<InferredShapes> run_meta(const c10::OperatorHandle& op, const std::vector<bool>& mutable_arg,
                                                const torch::jit::Stack& stack, size_t first) {
   AliasSet metas(c10::DispatchKey::Meta);
   std::vector<c10::IValue> meta_args;
@@ -144,15 +167,21 @@ std::shared_ptr<const InferredShapes> infer_shapes(const c10::OperatorHandle& op
                                                    const std::vector<bool>& mutable_arg,
                                                    const torch::jit::Stack& stack, size_t first,
                                                    ShapeCache& cache) {
-  ShapeKey key;
+  ShapeKey key, floats;
   bool cacheable = true;
   for (size_t i = first; i < stack.size() && cacheable; ++i) {
-    cacheable = add_value(key, stack[i], mutable_arg[i - first]);
+    cacheable = add_value(key, floats, stack[i], mutable_arg[i - first]);
   }
   if (!cacheable) return run_meta(op, mutable_arg, stack, first);
-  const uint64_t hash = hash_key(key);
+  add_storage_sharing(key, stack, first);
+  // The key: the structure, then the floating-point values; the argument
+  // shapes are the structure alone.
+  const uint64_t shapes_hash = hash_key(key);
+  const uint64_t hash = hash_key(floats, shapes_hash);
+  key.append(floats.begin(), floats.end());
   if (auto hit = cache.find(key, hash)) return hit;
   auto result = run_meta(op, mutable_arg, stack, first);
+  result->argument_shapes = shapes_hash;
   cache.insert(std::vector<int64_t>(key.begin(), key.end()), hash, result);
   return result;
 }

@@ -38,8 +38,12 @@ struct Geometry {
 struct InferredShapes {
   std::vector<c10::IValue> returns;             // meta tensors (or lists) per return
   std::vector<std::optional<Geometry>> written; // per argument: geometry after the op, if it writes it
-  // The op plan's meta-vs-CPU verdict for these arguments, once known (0 =
-  // not yet): the cache key determines it, so a cache hit skips recomputing it.
+  // What the key says of the arguments but their floating-point values:
+  // their dtypes, sizes, strides, flags and integer values, and which share
+  // storage (0: not cacheable). The unit of the first-call check (OpPlan).
+  uint64_t argument_shapes = 0;
+  // The op plan's verdict for these arguments, once known (0 = not yet):
+  // the cache key determines it, so a cache hit skips recomputing it.
   mutable std::atomic<int> verdict{0};
 };
 

@@ -5,6 +5,7 @@
 #include <mutex>
 #include <sstream>
 #include <stdexcept>
+#include <unordered_map>
 
 #include "engine/compiled_executable.h"
 #include "engine/plan_cache.h"
@@ -119,10 +120,20 @@ cache::MemoryCache& executable_cache() {
   return *c;
 }
 
+// Counts the trace's ops by name, once per flush: recording itself counts
+// nothing. Names are stable pointers (string literals or op plans' names),
+// so the tally hashes pointers, not strings.
+static void count_traced_ops(const trace::Trace& trace, Metrics& metrics) {
+  std::unordered_map<const char*, int64_t> tally;
+  for (const trace::TraceOp& op : trace.ops) ++tally[op.name];
+  for (const auto& [name, n] : tally) metrics.add(Counter::TracedOps, name, n);
+}
+
 void flush(runtime::Device& dev, trace::Trace trace, std::string_view reason) {
   if (trace.empty()) return;
   Metrics& metrics = Metrics::global();
   metrics.add(Counter::TraceFlushes, reason);
+  count_traced_ops(trace, metrics);
   const cache::Key plan_key = cache::make_key(fusion::plan_signature(trace, g_options.fusion), fingerprint());
   std::shared_ptr<const PreparedPlan> reused = plan_cache().find(plan_key);
   metrics.add(Counter::PlanCache, reused ? "hit" : "miss");

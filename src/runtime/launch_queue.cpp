@@ -43,12 +43,14 @@ void LaunchQueue::worker_loop() {
       items_.pop_front();
     }
     std::string failure;
+    std::exception_ptr cause;
     bool failed = false;
     try {
       item.work();
     } catch (const std::exception& e) {
       failed = true;
       failure = e.what();
+      cause = std::current_exception();
     } catch (...) {
       failed = true;
       failure = "unknown exception";
@@ -58,6 +60,7 @@ void LaunchQueue::worker_loop() {
       std::lock_guard<std::mutex> lock(mu_);
       if (failed && !first_error_) {
         first_error_ = std::make_unique<LaunchError>(device_, item.name, failure);
+        first_error_->cause = std::move(cause);
         has_error_.store(true, std::memory_order_release);
       }
       completed_.fetch_add(1, std::memory_order_acq_rel);

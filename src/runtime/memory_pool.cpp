@@ -36,7 +36,7 @@ MemoryPool::MemoryPool(int device, size_t capacity_bytes) : device_(device), cap
 MemoryPool::~MemoryPool() {
   std::lock_guard<std::mutex> lock(mu_);
   release_cached_locked();
-  for (auto& [ptr, size] : live_) std::free(ptr);
+  for (auto& [ptr, block] : live_) std::free(ptr);
 }
 
 void* MemoryPool::allocate(size_t bytes) {
@@ -60,12 +60,20 @@ void* MemoryPool::allocate(size_t bytes) {
       throw OutOfMemoryError(device_, bytes, capacity_ - stats_.allocated_bytes, capacity_);
     }
     stats_.reserved_bytes += size;
+    stats_.reserved_bytes_total += size;
     stats_.peak_reserved_bytes = std::max(stats_.peak_reserved_bytes, stats_.reserved_bytes);
   }
-  live_.emplace(ptr, size);
-  stats_.allocated_bytes += size;
-  stats_.peak_allocated_bytes = std::max(stats_.peak_allocated_bytes, stats_.allocated_bytes);
-  stats_.allocation_count++;
+  live_.emplace(ptr, Block{size, bytes});
+  MemoryStats& s = stats_;
+  s.allocated_bytes += size;
+  s.requested_bytes += bytes;
+  s.live_allocations++;
+  s.peak_allocated_bytes = std::max(s.peak_allocated_bytes, s.allocated_bytes);
+  s.peak_requested_bytes = std::max(s.peak_requested_bytes, s.requested_bytes);
+  s.peak_live_allocations = std::max(s.peak_live_allocations, s.live_allocations);
+  s.allocation_count++;
+  s.allocated_bytes_total += size;
+  s.requested_bytes_total += bytes;
   return ptr;
 }
 
@@ -77,17 +85,22 @@ void MemoryPool::free(void* ptr) {
     throw std::invalid_argument("kiln device " + std::to_string(device_) +
                                 ": free of a pointer this pool did not allocate");
   }
-  const size_t size = it->second;
+  const Block block = it->second;
   live_.erase(it);
-  stats_.allocated_bytes -= size;
+  stats_.allocated_bytes -= block.size;
+  stats_.requested_bytes -= block.requested;
+  stats_.live_allocations--;
   stats_.free_count++;
-  cached_[size].push_back(ptr);
+  stats_.freed_bytes_total += block.size;
+  stats_.requested_freed_bytes_total += block.requested;
+  cached_[block.size].push_back(ptr);
 }
 
 void MemoryPool::release_cached_locked() {
   for (auto& [size, blocks] : cached_) {
     for (void* p : blocks) std::free(p);
     stats_.reserved_bytes -= static_cast<int64_t>(size * blocks.size());
+    stats_.released_bytes_total += static_cast<int64_t>(size * blocks.size());
   }
   cached_.clear();
 }
@@ -111,6 +124,17 @@ void MemoryPool::reset_peak_stats() {
   std::lock_guard<std::mutex> lock(mu_);
   stats_.peak_allocated_bytes = stats_.allocated_bytes;
   stats_.peak_reserved_bytes = stats_.reserved_bytes;
+  stats_.peak_requested_bytes = stats_.requested_bytes;
+  stats_.peak_live_allocations = stats_.live_allocations;
+}
+
+void MemoryPool::reset_accumulated_stats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  MemoryStats& s = stats_;
+  s.allocation_count = s.free_count = s.oom_count = 0;
+  s.allocated_bytes_total = s.freed_bytes_total = 0;
+  s.requested_bytes_total = s.requested_freed_bytes_total = 0;
+  s.reserved_bytes_total = s.released_bytes_total = 0;
 }
 
 }  // namespace kiln::runtime

@@ -15,6 +15,7 @@ Metrics& Metrics::global() {
 const char* Metrics::counter_name(Counter counter) {
   switch (counter) {
     case Counter::Launches: return "launches";
+    case Counter::TracedOps: return "traced_ops";
     case Counter::LibraryKernels: return "library_kernels";
     case Counter::Fallbacks: return "fallbacks";
     case Counter::SyncPoints: return "sync_points";

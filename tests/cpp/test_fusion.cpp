@@ -340,6 +340,52 @@ TEST(Fusion, WriteOverAValueReadThroughAnotherViewSplits) {
   }
 }
 
+TEST(Fusion, ColumnBlocksOfOneBufferShareARegion) {
+  // The gates of an RNN cell: g = [B, 4H] written block by block
+  // (g[:, k*H:(k+1)*H] = x_k * 2), then each block read back (y = g_0 + g_3):
+  // the blocks' extents interleave, their elements do not.
+  TraceBuilder tb;
+  const int64_t B = 3, H = 4;
+  const std::vector<int64_t> space = {B, H};
+  int32_t x = tb.buffer(B * H, false), g = tb.buffer(B * 4 * H), y = tb.buffer(B * H);
+  tb.memory[x] = iota(B * H, 1.f, 0.f);
+  auto block = [&](int64_t k) {
+    View v = TraceBuilder::view(g, space, space, k * H);
+    v.strides[0] = 4 * H;
+    return v;
+  };
+  for (int64_t k = 0; k < 4; ++k) tb.with_scalar(Op::Mul, TraceBuilder::view(x, space, space), double(k + 1), block(k), space);
+  tb.binary(Op::Add, block(0), block(3), TraceBuilder::view(y, space, space), space);
+  auto p = tb.run();
+  EXPECT_EQ(p.regions.size(), 1u) << p.regions[0].ended_by;
+  for (int64_t i = 0; i < B * H; ++i) EXPECT_EQ(tb.memory[y][i], tb.memory[x][i] * 1 + tb.memory[x][i] * 4) << i;
+  for (int64_t b = 0; b < B; ++b) {
+    for (int64_t k = 0; k < 4; ++k) {
+      for (int64_t h = 0; h < H; ++h) {
+        EXPECT_EQ(tb.memory[g][b * 4 * H + k * H + h], tb.memory[x][b * H + h] * float(k + 1));
+      }
+    }
+  }
+}
+
+TEST(Fusion, BlocksThatDoOverlapStillSplit) {
+  // Two [B, H] views of one buffer with row stride 4H, offsets 0 and H - 1:
+  // they share an element per row, so the second write must not join.
+  TraceBuilder tb;
+  const int64_t B = 2, H = 4;
+  const std::vector<int64_t> space = {B, H};
+  int32_t x = tb.buffer(B * H, false), g = tb.buffer(B * 4 * H, false);
+  auto block = [&](int64_t offset) {
+    View v = TraceBuilder::view(g, space, space, offset);
+    v.strides[0] = 4 * H;
+    return v;
+  };
+  tb.with_scalar(Op::Mul, TraceBuilder::view(x, space, space), 2, block(0), space);
+  tb.with_scalar(Op::Mul, TraceBuilder::view(x, space, space), 3, block(H - 1), space);
+  auto p = tb.run();
+  EXPECT_EQ(p.regions.size(), 2u);
+}
+
 TEST(Fusion, DeadIntermediateReadByALaterRegionGetsScratch) {
   // t = x + 1 (t dies before the flush); u = t^T (another region): t must exist in memory.
   TraceBuilder tb;

@@ -33,6 +33,42 @@ TEST(MemoryPool, FreshPoolHasZeroStatsAndCapacity) {
   EXPECT_EQ(pool.capacity(), size_t(1) << 20);
 }
 
+TEST(MemoryPool, TotalsPeaksAndTheirResetsAreSeparate) {
+  MemoryPool pool(0, 1 << 20);
+  void* a = pool.allocate(100);
+  void* b = pool.allocate(kG + 1);
+  pool.free(a);
+  MemoryStats s = pool.stats();
+  EXPECT_EQ(s.live_allocations, 1);
+  EXPECT_EQ(s.peak_live_allocations, 2);
+  EXPECT_EQ(s.requested_bytes, int64_t(kG + 1));
+  EXPECT_EQ(s.peak_requested_bytes, int64_t(kG + 101));
+  EXPECT_EQ(s.allocated_bytes_total, int64_t(3 * kG));
+  EXPECT_EQ(s.freed_bytes_total, int64_t(kG));
+  EXPECT_EQ(s.requested_bytes_total, int64_t(kG + 101));
+  EXPECT_EQ(s.requested_freed_bytes_total, 100);
+  EXPECT_EQ(s.reserved_bytes_total, int64_t(3 * kG));
+  pool.empty_cache();
+  EXPECT_EQ(pool.stats().released_bytes_total, int64_t(kG));
+
+  pool.reset_accumulated_stats();  // totals restart; what is live and the peaks stay
+  s = pool.stats();
+  EXPECT_EQ(s.allocation_count, 0);
+  EXPECT_EQ(s.free_count, 0);
+  EXPECT_EQ(s.allocated_bytes_total, 0);
+  EXPECT_EQ(s.freed_bytes_total, 0);
+  EXPECT_EQ(s.released_bytes_total, 0);
+  EXPECT_EQ(s.live_allocations, 1);
+  EXPECT_EQ(s.peak_live_allocations, 2);
+
+  pool.reset_peak_stats();  // peaks come down to what is live
+  s = pool.stats();
+  EXPECT_EQ(s.peak_live_allocations, 1);
+  EXPECT_EQ(s.peak_requested_bytes, int64_t(kG + 1));
+  EXPECT_EQ(s.peak_allocated_bytes, int64_t(2 * kG));
+  pool.free(b);
+}
+
 TEST(MemoryPool, AllocationAccountingRoundsToGranularity) {
   MemoryPool pool(0, 1 << 20);
   void* a = pool.allocate(100);       // -> 512
