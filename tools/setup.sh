@@ -24,3 +24,10 @@ for mod in pytest:pytest expecttest:expecttest numpy:numpy; do
   m=${mod%%:*}; pkg=${mod##*:}
   $PY -c "import $m" 2>/dev/null || $PY -m pip install -q "$pkg"
 done
+# Hugging Face Transformers and Accelerate for the real-model tests: pinned with what it
+# imports, and --no-deps, so nothing it lists can pull another torch.
+REQS="$(dirname "$0")/../tests/requirements.txt"
+if ! $PY -c 'import transformers, accelerate, sys; sys.exit(0 if (transformers.__version__, accelerate.__version__) == ("4.57.6", "1.10.1") else 1)' 2>/dev/null; then
+  echo "setup: installing the test dependencies (tests/requirements.txt)"
+  $PY -m pip install -q --no-deps -r "$REQS"
+fi
