@@ -38,6 +38,15 @@ bool streams(const PlannedKernel& k, const Options& options) {
   return k.work >= (options.stream_min_bytes + bytes_per_element - 1) / bytes_per_element;
 }
 
+bool has_float_sincos(const trace::TraceOp& op) {
+  for (const ir::Node& n : op.nodes) {
+    if ((n.op == ir::Op::Sin || n.op == ir::Op::Cos) && ir::is_floating(n.dtype) && n.dtype != ir::DType::Float64) {
+      return true;
+    }
+  }
+  return false;
+}
+
 int64_t floor_mod(int64_t x, int64_t m) { return ((x % m) + m) % m; }
 
 // Whether two views with the same strides address disjoint elements
@@ -129,6 +138,14 @@ std::string RegionBuilder::try_add(const trace::TraceOp& op, int32_t index, int3
   }
   auto map = embed(op);
   if (!map) return "iteration space";
+  // Float sin/cos are exact over the whole float range only in pointwise
+  // kernels: those redo a run through libm's double sin/cos when an
+  // argument is too large for the float reduction (codegen), a row kernel
+  // cannot. So the two do not share a kernel.
+  const bool op_sincos = has_float_sincos(op);
+  if (num_ops > 0 && ((op.reduced != 0 && has_sincos_) || (op_sincos && reduced_ != 0))) {
+    return "float sin/cos stay out of kernels with reductions";
+  }
 
   // Hazards against what earlier ops of the region did.
   std::vector<trace::View> loads, stores;
@@ -162,6 +179,7 @@ std::string RegionBuilder::try_add(const trace::TraceOp& op, int32_t index, int3
 
   // Commit: the op's fragment in region numbering.
   if (op.reduced != 0) reduced_ = op.reduced;
+  has_sincos_ = has_sincos_ || op_sincos;
   std::vector<int32_t> remap(op.nodes.size(), -1);
   const auto reduction_base = static_cast<int32_t>(reductions_.size());
   for (size_t i = 0; i < op.nodes.size(); ++i) {

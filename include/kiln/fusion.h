@@ -16,6 +16,11 @@
 //  - A value written in the region and read back through the same view is
 //    forwarded in registers; read or written through a different,
 //    overlapping view, the region ends (eager order is kept across regions).
+//    Views with the same strides whose blocks land apart (the gate blocks
+//    of one [batch, 4 * hidden] buffer) do not overlap.
+//  - Float sin and cos do not share a kernel with a reduction: only
+//    pointwise kernels can redo a run whose arguments are too large for the
+//    float reduction.
 //  - An op linked to the region by no chain of shared buffers (anywhere in
 //    the trace) starts a new one: fusing independent work adds memory
 //    streams and compile time and saves nothing.

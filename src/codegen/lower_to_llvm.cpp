@@ -425,9 +425,9 @@ class Lowering {
   // quadrant select. This path reduces in double with FMAs (pi/2 in two
   // parts): accurate while x / pi fits a double's integers (|x| < 2^50).
   // In the exact loop of a rerun, larger finite x branch to libm's double
-  // sin/cos (which reduce exactly); vector loops (in-place and row kernels)
-  // have no branch and keep the double reduction alone. NaN and infinities
-  // give NaN.
+  // sin/cos (which reduce exactly). Pointwise kernels take that loop when
+  // an argument is large (emit_pointwise); row kernels, which have no such
+  // loop, get no float sin/cos from fusion. NaN and infinities give NaN.
   Value* sincos_f32(Value* x, bool cosine) {
     if (largest_sincos_argument_) return sincos_f32_small(x, cosine);
     llvm::Type* f64 = b_.getDoubleTy();
@@ -796,7 +796,7 @@ class Lowering {
     const int R = k_.rank;
     // In the entry block, so that they become a register (a max-reduction)
     // and stack slots.
-    Value* largest_sincos_argument = uses_float_sincos() && may_rerun() ? b_.CreateAlloca(b_.getInt32Ty()) : nullptr;
+    Value* largest_sincos_argument = uses_float_sincos() ? b_.CreateAlloca(b_.getInt32Ty()) : nullptr;
     const bool streams = k_.streaming_stores;
     const std::vector<Value*> tiles = streams ? make_tiles() : std::vector<Value*>{};
     auto* pre = b_.GetInsertBlock();
@@ -824,22 +824,57 @@ class Lowering {
       placed = place_run(tiles, count, row_base);
       count = placed.count;
     }
+    auto scope_at = [&](Value* j) {
+      Scope s = new_scope();
+      for (size_t a = 0; a < k_.accesses.size(); ++a) {
+        s.offset[a] = b_.CreateAdd(row_base[a], b_.CreateMul(j, strides_[a][R - 1]));
+      }
+      for (size_t a = 0; a < placed.dest.size(); ++a) {
+        if (placed.dest[a] == nullptr) continue;
+        s.base[a] = placed.dest[a];
+        s.offset[a] = j;
+      }
+      return s;
+    };
     auto run = [&](const char* name, Vectorize vectorize) {
       loop(b_.getInt64(0), count, name, [&](Value* j) {
-        Scope s = new_scope();
-        for (size_t a = 0; a < k_.accesses.size(); ++a) {
-          s.offset[a] = b_.CreateAdd(row_base[a], b_.CreateMul(j, strides_[a][R - 1]));
-        }
-        for (size_t a = 0; a < placed.dest.size(); ++a) {
-          if (placed.dest[a] == nullptr) continue;
-          s.base[a] = placed.dest[a];
-          s.offset[a] = j;
-        }
+        Scope s = scope_at(j);
         store_all(stores_where(false), s);
       }, vectorize);
     };
     if (largest_sincos_argument == nullptr) {
       run("j", Vectorize::Wide);
+    } else if (!may_rerun()) {
+      // In place: a run cannot be computed twice (its first stores would
+      // feed the second). Scan its sin/cos arguments first (loads only),
+      // then take the float loop or the exact one.
+      b_.CreateStore(b_.getInt32(0), largest_sincos_argument);
+      loop(b_.getInt64(0), count, "j.scan", [&](Value* j) {
+        Scope s = scope_at(j);
+        for (const ir::Node& n : k_.nodes) {
+          if (!is_float_sincos(n)) continue;
+          Value* x = value(n.in[0], s);
+          Value* magnitude = b_.CreateAnd(b_.CreateBitCast(x, b_.getInt32Ty()), b_.getInt32(0x7fffffff));
+          Value* largest = b_.CreateLoad(b_.getInt32Ty(), largest_sincos_argument);
+          b_.CreateStore(intrinsic(llvm::Intrinsic::umax, {largest, magnitude}), largest_sincos_argument);
+        }
+      }, Vectorize::Wide);
+      auto* small = llvm::BasicBlock::Create(ctx_, "run.small", fn_);
+      auto* exact = llvm::BasicBlock::Create(ctx_, "run.exact", fn_);
+      auto* done = llvm::BasicBlock::Create(ctx_, "run.done", fn_);
+      Value* largest = b_.CreateLoad(b_.getInt32Ty(), largest_sincos_argument);
+      b_.CreateCondBr(b_.CreateICmpUGT(largest, b_.getInt32(kSmallSinLimitBits)), exact, small);
+      b_.SetInsertPoint(small);
+      largest_sincos_argument_ = largest_sincos_argument;
+      run("j.small", Vectorize::Wide);
+      largest_sincos_argument_ = nullptr;
+      b_.CreateBr(done);
+      b_.SetInsertPoint(exact);
+      exact_rerun_ = true;
+      run("j", Vectorize::Scalar);
+      exact_rerun_ = false;
+      b_.CreateBr(done);
+      b_.SetInsertPoint(done);
     } else {
       // Optimistic: the run with float-only sin/cos; if any argument was out
       // of its range, all of it again through the exact loop (nothing the
@@ -958,9 +993,12 @@ class Lowering {
 
   bool uses_float_sincos() const {
     for (const ir::Node& n : k_.nodes) {
-      if ((n.op == Op::Sin || n.op == Op::Cos) && ir::is_floating(n.dtype) && n.dtype != DType::Float64) return true;
+      if (is_float_sincos(n)) return true;
     }
     return false;
+  }
+  static bool is_float_sincos(const ir::Node& n) {
+    return (n.op == Op::Sin || n.op == Op::Cos) && ir::is_floating(n.dtype) && n.dtype != DType::Float64;
   }
 
   // A run can be computed twice only if no buffer it stores to is one it

@@ -386,6 +386,30 @@ TEST(Fusion, BlocksThatDoOverlapStillSplit) {
   EXPECT_EQ(p.regions.size(), 2u);
 }
 
+TEST(Fusion, FloatSinAndCosStayOutOfKernelsWithReductions) {
+  // y = sin(x); m = y.amax(-1): a row kernel could not redo a row whose
+  // arguments are too large for the float reduction, so the two split; a
+  // reduction of exp(x) fuses as before.
+  TraceBuilder tb;
+  const std::vector<int64_t> s = {3, 4}, kept = {3, 1};
+  int32_t x = tb.buffer(12, false), y = tb.buffer(12), m = tb.buffer(3), e = tb.buffer(12), n = tb.buffer(3);
+  tb.memory[x] = iota(12, 1e6f, 3.f);  // large arguments
+  tb.unary(Op::Sin, TraceBuilder::view(x, s, s), TraceBuilder::view(y, s, s), s);
+  tb.reduce_last(ir::ReduceKind::Max, TraceBuilder::view(y, s, s), TraceBuilder::view(m, kept, s), s);
+  tb.unary(Op::Exp, TraceBuilder::view(x, s, s), TraceBuilder::view(e, s, s), s);
+  tb.reduce_last(ir::ReduceKind::Max, TraceBuilder::view(e, s, s), TraceBuilder::view(n, kept, s), s);
+  auto p = tb.run();
+  ASSERT_EQ(p.regions.size(), 2u);
+  EXPECT_EQ(p.regions[0].ops.size(), 1u);
+  EXPECT_NE(p.regions[0].ended_by.find("sin/cos"), std::string::npos) << p.regions[0].ended_by;
+  EXPECT_EQ(p.regions[1].ops.size(), 3u);  // the max of sin, then exp and its max
+  for (int r = 0; r < 3; ++r) {
+    float want = -2.f;
+    for (int c = 0; c < 4; ++c) want = std::max(want, static_cast<float>(std::sin(double(tb.memory[x][r * 4 + c]))));
+    EXPECT_NEAR(tb.memory[m][r], want, 1e-6f) << r;
+  }
+}
+
 TEST(Fusion, DeadIntermediateReadByALaterRegionGetsScratch) {
   // t = x + 1 (t dies before the flush); u = t^T (another region): t must exist in memory.
   TraceBuilder tb;

@@ -337,3 +337,27 @@ def test_metrics_count_how_each_op_ran(mode):
         assert c["library_kernels"].get("aten::mul.Tensor") == 1
     report = kiln.metrics.report()
     assert "traced_ops" in report and "library_kernels" in report and "fallbacks" in report
+
+
+# ---------------------------------------------------------------- compiled kernels over the whole float range
+
+EXTREMES = [0.0, -0.0, 1e-45, -1e-38, 0.5, -3.0, 88.7, 89.0, -89.5, 2.0 ** 24 + 1, 2.0 ** 50, -2.0 ** 60, 1e20,
+            -1e20, 3e38, float("inf"), float("-inf"), float("nan")]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+@pytest.mark.parametrize("fn", ["sin", "cos", "sinh", "cosh", "exp", "tanh", "sigmoid", "erf"])
+def test_every_kernel_form_gives_eagers_values_at_the_extremes(mode, dtype, fn):
+    # 64 copies: eager's vectorized kernels (which a 32-float block takes) decide.
+    x = torch.tensor(EXTREMES * 64, dtype=dtype).view(64, -1)
+    f = getattr(torch, fn)
+    want = f(x)
+    out_of_place = f(x.to(DEVICE))
+    in_place = x.to(DEVICE).mul_(1.0)
+    getattr(in_place, fn + "_")()
+    with_reduction = f(x.to(DEVICE)) - f(x.to(DEVICE)).nan_to_num(0, 0, 0).amax(1, keepdim=True)
+    want_with_reduction = want - want.nan_to_num(0, 0, 0).amax(1, keepdim=True)
+    tol = dict(rtol=1e-5, atol=1e-6) if dtype == torch.float32 else dict(rtol=1e-2, atol=1e-2)
+    torch.testing.assert_close(out_of_place.cpu(), want, equal_nan=True, **tol)
+    torch.testing.assert_close(in_place.cpu(), want, equal_nan=True, **tol)
+    torch.testing.assert_close(with_reduction.cpu(), want_with_reduction, equal_nan=True, **tol)
