@@ -165,6 +165,20 @@ at::Tensor empty_like_meta(const at::Tensor& meta, c10::DeviceIndex index) {
   return empty_device(meta.sizes(), meta.strides(), meta.scalar_type(), index);
 }
 
+// Keeps the warnings raised while it is installed, for release() to hand to
+// the handler that was current before.
+class HeldWarnings final : public c10::WarningHandler {
+ public:
+  void process(const c10::Warning& warning) override { held_.push_back(warning); }
+  void release() {
+    for (const c10::Warning& w : held_) c10::warn(w);
+    held_.clear();
+  }
+
+ private:
+  std::vector<c10::Warning> held_;
+};
+
 // ------------------------------------------------------------ paths
 
 void run_view(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::Stack* stack, size_t first,
@@ -319,19 +333,34 @@ void run_async(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::St
   }
   runtime::Device& dev = device(index);
   // The out= overload writes straight into the outputs; it cannot take an
-  // undefined output (a gradient the caller did not ask for).
-  bool all_defined = true;
+  // undefined output (a gradient the caller did not ask for), and is only
+  // trusted with dense inputs: the first call with these shapes checked the
+  // functional kernel, and some out= kernels are wrong for strided inputs
+  // (native_batch_norm.out's save_mean, torch 2.13).
+  bool out_variant_fits = plan.out_variant.has_value() && !plan.out_variant_failed.load(std::memory_order_relaxed);
   for (const auto& o : outputs) {
-    if (o.isTensor() && !o.toTensor().defined()) all_defined = false;
+    if (o.isTensor() && !o.toTensor().defined()) out_variant_fits = false;
   }
-  if (plan.out_variant && all_defined && !plan.out_variant_failed.load(std::memory_order_relaxed)) {
+  for (size_t i = first; i < stack->size() && out_variant_fits; ++i) {
+    for_each_tensor((*stack)[i], [&](const at::Tensor& t) {
+      if (t.defined() && t.dim() > 0 && !t.is_non_overlapping_and_dense()) out_variant_fits = false;
+    });
+  }
+  if (out_variant_fits) {
     enqueue(dev, plan.name, [&plan, op, args = std::move(args), fresh = std::move(fresh)]() mutable {
       std::vector<c10::IValue> out_args = args;  // the boxed call consumes its stack; args serve a retry
       for (auto& f : fresh) out_args.push_back(f);
       std::vector<Geometry> planned;
       for (auto& f : fresh) planned.push_back(Geometry::of(f.toTensor()));
+      // An out= kernel that gives up may have warned on its way (mse_loss.out
+      // resizing a 0-dim output): its warnings count only if it succeeds.
+      HeldWarnings held;
       try {
-        plan.out_variant->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &out_args);
+        {
+          c10::WarningUtils::WarningHandlerGuard guard(&held);
+          plan.out_variant->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &out_args);
+        }
+        held.release();
         for (size_t j = 0; j < fresh.size(); ++j) planned[j].restore(fresh[j].toTensor());
         return;
       } catch (const c10::Error&) {
