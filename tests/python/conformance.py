@@ -234,6 +234,8 @@ def markdown(results, elapsed_s):
              "inputs (at most %d per op) on the device and on CPU; results are compared with the tolerances "
              "of PyTorch's device-vs-CPU test (atol=%g, rtol=%g). Random ops are compared by shape and dtype. "
              "A sample that raises on CPU passes when it raises on the device too." % (MAX_SAMPLES_PER_OP, ATOL, RTOL),
+             "", "nn.Module forward and backward over `module_db`, in both kiln modes: "
+             "[Module conformance](#module-conformance), after this report.",
              "", "## Totals", "", "| dtype | samples | passed | failed | pass rate |", "|---|---|---|---|---|"]
     for dtype in DTYPES:
         p, f, _ = totals(results, dtype)
@@ -266,6 +268,27 @@ def markdown(results, elapsed_s):
     return "\n".join(lines) + "\n"
 
 
+# docs/conformance.md holds two reports: this one, then module_conformance.py's
+# between these markers. Each harness rewrites its own part and keeps the other.
+MODULES_BEGIN = "<!-- module conformance: written by tests/python/module_conformance.py -->"
+MODULES_END = "<!-- end of module conformance -->"
+
+
+def write_report(path, opinfo=None, modules=None):
+    """Rewrites the OpInfo part (opinfo) or the module part (modules) of the
+    report at path, keeping the other part as it is."""
+    old = open(path).read() if os.path.exists(path) else ""
+    begin, end = old.find(MODULES_BEGIN), old.find(MODULES_END)
+    if begin >= 0 and end > begin:
+        old_opinfo, old_modules = old[:begin] + old[end + len(MODULES_END):], old[begin:end + len(MODULES_END)]
+    else:
+        old_opinfo, old_modules = old, ""
+    opinfo = (opinfo if opinfo is not None else old_opinfo).rstrip("\n")
+    modules = f"{MODULES_BEGIN}\n{modules.rstrip()}\n{MODULES_END}" if modules is not None else old_modules
+    with open(path, "w") as fh:
+        fh.write(opinfo + "\n" + (f"\n{modules}\n" if modules else ""))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("--ops", help="comma-separated op names (default: all)")
@@ -282,8 +305,7 @@ def main(argv=None):
         p, f, _ = totals(results, dtype)
         print(f"{dtype}: {p} passed, {f} failed ({100.0 * p / max(1, p + f):.2f}%)")
     if args.write:
-        with open(args.write, "w") as fh:
-            fh.write(markdown(results, elapsed))
+        write_report(args.write, opinfo=markdown(results, elapsed))
 
 
 if __name__ == "__main__":

@@ -15,8 +15,7 @@ def test_opinfo_conformance_writes_report_and_passes():
     only = os.environ.get("CONFORMANCE_OPS")  # debugging aid: a comma-separated subset
     results = conformance.run(set(only.split(",")) if only else None)
     report = conformance.markdown(results, time.time() - start)
-    with open(os.path.join(REPO, "docs", "conformance.md"), "w") as fh:
-        fh.write(report)
+    conformance.write_report(os.path.join(REPO, "docs", "conformance.md"), opinfo=report)
     passed, failed, _ = conformance.totals(results, torch.float32)
     assert passed + failed > (0 if only else 5000)
     rate = passed / max(1, passed + failed)
