@@ -41,6 +41,25 @@ def mode(request):
 
 # ---------------------------------------------------------------- Hugging Face
 
+def assert_training_matches(dev, cpu, grad_atol=1e-7, param_atol=1e-7):
+    """dev and cpu: (losses, per-step {name: grad or None}, {name: final param}).
+    Losses within RTOL; gradients and parameters within RTOL plus the atols;
+    and both runs trained."""
+    (dev_losses, dev_grads, dev_params), (cpu_losses, cpu_grads, cpu_params) = dev, cpu
+    assert list(dev_params) == list(cpu_params)  # the same (deduplicated) parameters
+    torch.testing.assert_close(torch.tensor(dev_losses), torch.tensor(cpu_losses), rtol=RTOL, atol=0)
+    for step, (dg, cg) in enumerate(zip(dev_grads, cpu_grads)):
+        for n in cg:
+            assert (dg[n] is None) == (cg[n] is None), n
+            if cg[n] is not None:
+                torch.testing.assert_close(dg[n], cg[n], rtol=RTOL, atol=grad_atol,
+                                           msg=lambda m: f"gradient of {n} at step {step}: {m}")
+    for n in cpu_params:
+        torch.testing.assert_close(dev_params[n], cpu_params[n], rtol=RTOL, atol=param_atol,
+                                   msg=lambda m: f"parameter {n}: {m}")
+    assert cpu_losses[-1] < cpu_losses[0] and dev_losses[-1] < dev_losses[0]  # it did train
+
+
 def tiny_hf_model(name):
     """A tiny random-init model, dropout off everywhere. Attention: the default
     implementation of transformers 4.57 ("sdpa" for GPT-2, BERT and LLaMA, so
@@ -135,18 +154,8 @@ def test_hf_training_matches_cpu(name, mode):
     dev_tied, dev_losses, dev_grads, dev_params = train_hf(copy.deepcopy(model), batch, DEVICE)
     assert cpu_tied
     assert dev_tied, "module.to(device) untied the input embedding and the LM head"
-    assert list(dev_params) == list(cpu_params)  # same (deduplicated) parameters
-    torch.testing.assert_close(torch.tensor(dev_losses), torch.tensor(cpu_losses), rtol=RTOL, atol=0)
-    for step, (dg, cg) in enumerate(zip(dev_grads, cpu_grads)):
-        for n in cg:
-            assert (dg[n] is None) == (cg[n] is None), n
-            if cg[n] is not None:
-                torch.testing.assert_close(dg[n], cg[n], rtol=RTOL, atol=HF_GRAD_ATOL,
-                                           msg=lambda m: f"gradient of {n} at step {step}: {m}")
-    for n in cpu_params:
-        torch.testing.assert_close(dev_params[n], cpu_params[n], rtol=RTOL, atol=HF_PARAM_ATOL,
-                                   msg=lambda m: f"parameter {n}: {m}")
-    assert cpu_losses[-1] < cpu_losses[0] and dev_losses[-1] < dev_losses[0]  # it did train
+    assert_training_matches((dev_losses, dev_grads, dev_params), (cpu_losses, cpu_grads, cpu_params),
+                            grad_atol=HF_GRAD_ATOL, param_atol=HF_PARAM_ATOL)
 
 
 # ------------------------------------------------------------------ LSTM LM
@@ -205,18 +214,9 @@ def test_lstm_language_model_matches_cpu(mode):
     dev_tied, dev_losses, dev_grads, dev_params, dev_hidden = train_lstm(copy.deepcopy(model), data, DEVICE)
     assert cpu_tied
     assert dev_tied, "module.to(device) untied decoder.weight from encoder.weight"
-    assert list(dev_params) == list(cpu_params)
-    torch.testing.assert_close(torch.tensor(dev_losses), torch.tensor(cpu_losses), rtol=RTOL, atol=0)
-    for step, (dg, cg) in enumerate(zip(dev_grads, cpu_grads)):
-        for n in cg:
-            torch.testing.assert_close(dg[n], cg[n], rtol=RTOL, atol=1e-7,
-                                       msg=lambda m: f"gradient of {n} at step {step}: {m}")
-    for n in cpu_params:
-        torch.testing.assert_close(dev_params[n], cpu_params[n], rtol=RTOL, atol=1e-7,
-                                   msg=lambda m: f"parameter {n}: {m}")
+    assert_training_matches((dev_losses, dev_grads, dev_params), (cpu_losses, cpu_grads, cpu_params))
     for d, c in zip(dev_hidden, cpu_hidden):
         torch.testing.assert_close(d, c, rtol=RTOL, atol=1e-6)  # carried through 48 timesteps
-    assert cpu_losses[-1] < cpu_losses[0] and dev_losses[-1] < dev_losses[0]
 
 
 # ------------------------------------------------------- residual conv net
@@ -270,21 +270,13 @@ def test_resnet_batchnorm_matches_cpu(mode):
     y = torch.randint(0, 5, (8,), generator=g)
     cpu_losses, cpu_grads, cpu_params, cpu_buffers, cpu_eval = train_resnet(copy.deepcopy(model), x, y, "cpu")
     dev_losses, dev_grads, dev_params, dev_buffers, dev_eval = train_resnet(copy.deepcopy(model), x, y, DEVICE)
-    torch.testing.assert_close(torch.tensor(dev_losses), torch.tensor(cpu_losses), rtol=RTOL, atol=0)
-    for step, (dg, cg) in enumerate(zip(dev_grads, cpu_grads)):
-        for n in cg:
-            torch.testing.assert_close(dg[n], cg[n], rtol=RTOL, atol=1e-7,
-                                       msg=lambda m: f"gradient of {n} at step {step}: {m}")
-    for n in cpu_params:
-        torch.testing.assert_close(dev_params[n], cpu_params[n], rtol=RTOL, atol=1e-7,
-                                   msg=lambda m: f"parameter {n}: {m}")
+    assert_training_matches((dev_losses, dev_grads, dev_params), (cpu_losses, cpu_grads, cpu_params))
     assert list(dev_buffers) == list(cpu_buffers)
     for n in cpu_buffers:  # running_mean, running_var (atol+rtol), num_batches_tracked (exact)
         torch.testing.assert_close(dev_buffers[n], cpu_buffers[n], rtol=RTOL, atol=1e-7,
                                    msg=lambda m: f"buffer {n}: {m}")
     assert int(cpu_buffers["1.num_batches_tracked"]) == 5
     torch.testing.assert_close(dev_eval, cpu_eval, rtol=RTOL, atol=1e-6)
-    assert cpu_losses[-1] < cpu_losses[0] and dev_losses[-1] < dev_losses[0]
 
 
 # ---------------------------------------------- from_pretrained + generate
