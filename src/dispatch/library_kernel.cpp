@@ -7,7 +7,9 @@
 //         same storage. No launch, no wait.
 //  async  everything whose output geometry the op's meta kernel can compute:
 //         outputs are allocated now, the CPU kernel is launched on the
-//         device's queue and the caller goes on. Errors (an index out of
+//         device's queue and the caller goes on. The first call with each
+//         argument shapes runs on the host instead, so argument errors
+//         raise at the op; errors that depend on data (an index out of
 //         range) surface at the next sync point.
 //  host   ops whose output shapes depend on data (nonzero: kDataDependentOps),
 //         ops returning a host value (item-like), and ops without a meta
@@ -32,8 +34,8 @@
 namespace kiln::dispatch {
 namespace {
 
-// Sync-point reason of the shape-inference check (one per op signature: too
-// many to name each op in the report).
+// Sync-point reason of the first-call check (one per op and argument
+// shapes: too many to name each op in the report).
 constexpr std::string_view kFirstCall = "first call with these argument shapes";
 
 // An op's results: inline, as most ops have one or two (every dispatched op
