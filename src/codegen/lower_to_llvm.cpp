@@ -467,12 +467,17 @@ class Lowering {
   // instructions, where a compare into a mask register and an OR of masks
   // took three and spilled mask registers); the caller reruns the loop on
   // the double path when it passed the limit (so do infinities and NaN).
+  // Keeps in `slot` the largest |x| seen, as float bits (an unsigned maximum).
+  void track_largest(Value* x, Value* slot) {
+    Value* magnitude = b_.CreateAnd(b_.CreateBitCast(x, b_.getInt32Ty()), b_.getInt32(0x7fffffff));
+    Value* largest = b_.CreateLoad(b_.getInt32Ty(), slot);
+    b_.CreateStore(intrinsic(llvm::Intrinsic::umax, {largest, magnitude}), slot);
+  }
+
   Value* sincos_f32_small(Value* x, bool cosine) {
     llvm::Type* f32 = x->getType();
     auto k = [&](double v) { return fconst(f32, v); };
-    Value* magnitude = b_.CreateAnd(b_.CreateBitCast(x, b_.getInt32Ty()), b_.getInt32(0x7fffffff));
-    Value* largest = b_.CreateLoad(b_.getInt32Ty(), largest_sincos_argument_);
-    b_.CreateStore(intrinsic(llvm::Intrinsic::umax, {largest, magnitude}), largest_sincos_argument_);
+    track_largest(x, largest_sincos_argument_);
     Value* t = cosine ? b_.CreateFAdd(muladd(x, k(kInvPi), k(-0.5)), k(kRoundMagic))
                       : intrinsic(llvm::Intrinsic::fma, {x, k(kInvPi), k(kRoundMagic)});
     Value* n = b_.CreateFSub(t, k(kRoundMagic));
@@ -853,10 +858,7 @@ class Lowering {
         Scope s = scope_at(j);
         for (const ir::Node& n : k_.nodes) {
           if (!is_float_sincos(n)) continue;
-          Value* x = value(n.in[0], s);
-          Value* magnitude = b_.CreateAnd(b_.CreateBitCast(x, b_.getInt32Ty()), b_.getInt32(0x7fffffff));
-          Value* largest = b_.CreateLoad(b_.getInt32Ty(), largest_sincos_argument);
-          b_.CreateStore(intrinsic(llvm::Intrinsic::umax, {largest, magnitude}), largest_sincos_argument);
+          track_largest(value(n.in[0], s), largest_sincos_argument);
         }
       }, Vectorize::Wide);
       auto* small = llvm::BasicBlock::Create(ctx_, "run.small", fn_);
