@@ -7,10 +7,12 @@
 //         same storage. No launch, no wait.
 //  async  everything whose output geometry the op's meta kernel can compute:
 //         outputs are allocated now, the CPU kernel is launched on the
-//         device's queue and the caller goes on. The first call with each
-//         argument shapes runs on the host instead, so argument errors
-//         raise at the op; errors that depend on data (an index out of
-//         range) surface at the next sync point.
+//         device's queue and the caller goes on (in lazy mode a traceable
+//         op is recorded instead). The first call of each argument case
+//         runs on the host instead (a traceable op: on zero-filled twins
+//         of its arguments, argument_check.h), so argument errors raise at
+//         the op; errors that depend on data (an index out of range)
+//         surface at the next sync point.
 //  host   ops whose output shapes depend on data (nonzero: kDataDependentOps),
 //         ops returning a host value (item-like), and ops without a meta
 //         kernel: the queue is drained and the CPU kernel runs on the calling
@@ -24,6 +26,7 @@
 #include <mutex>
 #include <unordered_set>
 
+#include "dispatch/argument_check.h"
 #include "dispatch/generator.h"
 #include "dispatch/lazy.h"
 #include "dispatch/neuron.h"
@@ -277,11 +280,33 @@ void run_async(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::St
     return outs;
   };
 
-  // Lazy mode: a traceable op is recorded, not launched. Its lowering was
-  // written for what the CPU kernel computes, so the meta-vs-CPU check of
-  // the first call is not needed.
+  // The first call of each argument case checks the arguments as eager
+  // does, at the op (argument_check.h); later calls of the case can only
+  // fail on data. A traceable op's inputs may not be computed yet: its
+  // case is checked on zero-filled twins, without a sync.
+  const bool traceable = plan.lowering != nullptr && settings().lazy;
+  auto verdict = static_cast<OpPlan::Verdict>(shapes->verdict.load(std::memory_order_relaxed));
+  uint64_t signature = 0;
+  if (verdict == OpPlan::Verdict::Unknown) {
+    // Arguments the shape key cannot describe: a traced op is checked at
+    // every call, a library kernel once per dtypes and ranks.
+    const bool exact = shapes->argument_shapes != 0;
+    signature = argument_case(exact ? shapes->argument_shapes : argument_signature(*stack, first), *stack, first);
+    if (exact || !traceable) verdict = plan.verdict(signature);
+    if (traceable && verdict == OpPlan::Verdict::Unknown) {
+      verdict = check_on_zeroed_twins(op, plan, *stack, first, index, *shapes);
+      if (exact) plan.set_verdict(signature, verdict);
+      if (verdict == OpPlan::Verdict::Disagrees) {
+        log("dispatch", plan.name + ": meta kernel disagrees with the CPU kernel; runs on the host");
+      }
+    }
+    if (verdict != OpPlan::Verdict::Unknown) shapes->verdict.store(static_cast<int>(verdict));
+  }
+
+  // Lazy mode: a traceable op is recorded, not launched, if its meta kernel
+  // gives the CPU kernel's geometry.
   Outputs outputs;
-  if (plan.lowering != nullptr && settings().lazy) {
+  if (traceable && verdict == OpPlan::Verdict::Agrees) {
     outputs = make_outputs();
     c10::SmallVector<bool, 4> fresh;
     for (size_t j = 0; j < outputs.size(); ++j) fresh.push_back(plan.return_alias_arg[j] < 0);
@@ -292,18 +317,6 @@ void run_async(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::St
     }
   }
 
-  auto verdict = static_cast<OpPlan::Verdict>(shapes->verdict.load(std::memory_order_relaxed));
-  // Checked per argument shapes, not per signature: eager raises argument
-  // errors (shapes that do not fit, overlaps it refuses) at the op, which
-  // only the CPU kernel itself checks; a launch would raise them at the
-  // next sync. Later calls with the same shapes can only fail on data.
-  const uint64_t signature = verdict != OpPlan::Verdict::Unknown ? 0
-                             : shapes->argument_shapes != 0     ? shapes->argument_shapes
-                                                                : argument_signature(*stack, first);
-  if (verdict == OpPlan::Verdict::Unknown) {
-    verdict = plan.verdict(signature);
-    if (verdict != OpPlan::Verdict::Unknown) shapes->verdict.store(static_cast<int>(verdict));
-  }
   switch (verdict) {
     case OpPlan::Verdict::Disagrees:
       run_on_host(op, plan, stack, first, index, "meta kernel disagrees with CPU");

@@ -40,11 +40,12 @@ struct OpPlan {
   mutable std::atomic<bool> out_variant_failed{false};
   mutable ShapeCache shapes;
 
-  // The first call with each argument shapes (InferredShapes::
-  // argument_shapes) runs on the host: the CPU kernel raises eager's
-  // argument errors at the op, and its result is checked against the meta
-  // kernel's, which occasionally disagrees (another dtype for an output).
-  // Later calls go asynchronous only if they agreed.
+  // The first call of each argument case (argument_check.h) runs the CPU
+  // kernel on the calling thread: on the host, or for a traced op on
+  // zero-filled twins of its arguments. It raises eager's argument errors
+  // at the op, and its result is checked against the meta kernel's, which
+  // occasionally disagrees (another dtype or strides for an output). Later
+  // calls are launched or traced only if they agreed.
   enum class Verdict { Unknown, Agrees, Disagrees };
   static constexpr size_t kMaxVerdicts = 4096;  // cleared when full: the next calls check again
   Verdict verdict(uint64_t signature) const {

@@ -110,6 +110,11 @@ bool add_value(ShapeKey& key, ShapeKey& floats, const c10::IValue& v, bool writt
   return true;
 }
 
+class DiscardWarnings final : public c10::WarningHandler {
+ public:
+  void process(const c10::Warning&) override {}
+};
+
 constexpr uint64_t kHashSeed = 1469598103934665603ull;
 
 uint64_t hash_key(c10::ArrayRef<int64_t> key, uint64_t h = kHashSeed) {
@@ -149,7 +154,13 @@ std::shared_ptr<InferredShapes> run_meta(const c10::OperatorHandle& op, const st
     meta_args.push_back(std::move(mapped));
   }
   torch::jit::Stack meta_stack = meta_args;
-  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
+  {
+    // Its warnings are not eager's (a Python meta kernel warns that it
+    // resizes an in-place op's self); the CPU kernel gives eager's.
+    DiscardWarnings discard;
+    c10::WarningUtils::WarningHandlerGuard guard(&discard);
+    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
+  }
   auto result = std::make_shared<InferredShapes>();
   result->returns = std::move(meta_stack);
   result->written.resize(meta_args.size());

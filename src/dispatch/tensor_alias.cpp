@@ -2,6 +2,9 @@
 
 #include <ATen/core/List.h>
 
+#include <algorithm>
+#include <cstdlib>
+
 namespace kiln::dispatch {
 
 at::Tensor tensor_on_storage(const c10::Storage& storage, c10::DispatchKey key, const at::Tensor& like) {
@@ -13,13 +16,31 @@ at::Tensor tensor_on_storage(const c10::Storage& storage, c10::DispatchKey key, 
 }
 
 at::Tensor AliasSet::alias(const at::Tensor& t) {
+  // One tensor passed twice (torch.maximum(a, b, out=a)) is one alias:
+  // kernels tell an in-place write from an out= write by identity.
+  for (const auto& [impl, alias] : aliased_) {
+    if (impl == t.unsafeGetTensorImpl()) return alias;
+  }
+  at::Tensor alias = alias_of(t);
+  aliased_.emplace_back(t.unsafeGetTensorImpl(), alias);
+  return alias;
+}
+
+at::Tensor AliasSet::alias_of(const at::Tensor& t) {
   const c10::Storage& storage = t.storage();
   for (const Entry& e : entries_) {
     if (e.device_storage.is_alias_of(storage)) return tensor_on_storage(e.alias_storage, key_, t);
   }
   const size_t nbytes = storage.nbytes();
   c10::Storage alias_storage;
-  if (key_ == c10::DispatchKey::Meta) {
+  if (zeroed_) {
+    // calloc: a large block comes from fresh zero pages, touched only where the kernel reads.
+    void* data = std::calloc(std::max<size_t>(nbytes, 1), 1);
+    TORCH_CHECK(data != nullptr, "kiln: out of host memory for a ", nbytes, "-byte argument check");
+    alias_storage = c10::Storage(c10::Storage::use_byte_size_t(), nbytes,
+                                 c10::DataPtr(data, data, &std::free, c10::Device(c10::kCPU)),
+                                 c10::GetAllocator(c10::kCPU), true);
+  } else if (key_ == c10::DispatchKey::Meta) {
     alias_storage = c10::Storage(c10::Storage::use_byte_size_t(), nbytes,
                                  c10::DataPtr(nullptr, c10::Device(c10::kMeta)), c10::GetAllocator(c10::kMeta), true);
   } else {

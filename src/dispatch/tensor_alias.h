@@ -23,6 +23,14 @@ class AliasSet {
   // alias (they then get fresh host memory, which the caller copies back).
   explicit AliasSet(c10::DispatchKey key, bool resizable_cpu = false)
       : key_(key), resizable_cpu_(resizable_cpu) {}
+  // CPU tensors over zero-filled host memory instead of the device's (same
+  // sizes, strides, offsets and storage sharing): what a CPU kernel needs
+  // to check its arguments without their data (argument_check.h).
+  static AliasSet zeroed_twins() {
+    AliasSet set(c10::DispatchKey::CPU, /*resizable_cpu=*/true);
+    set.zeroed_ = true;
+    return set;
+  }
 
   at::Tensor alias(const at::Tensor& device_tensor);
   // The device tensor viewing the same bytes as `alias_result` (a tensor
@@ -38,9 +46,15 @@ class AliasSet {
     c10::Storage alias_storage;
     void* device_data;
   };
+  at::Tensor alias_of(const at::Tensor& device_tensor);
+
   c10::DispatchKey key_;
   bool resizable_cpu_;
+  bool zeroed_ = false;
   std::vector<Entry> entries_;  // few per op: linear search beats hashing
+  // The aliases handed out, by the device tensor they stand for. Holding
+  // the impl pointer is safe: the caller holds the device tensors.
+  std::vector<std::pair<const c10::TensorImpl*, at::Tensor>> aliased_;
 };
 
 // Applies `fn` to every tensor in an IValue (a tensor, a tensor list or a list

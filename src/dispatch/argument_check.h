@@ -1,0 +1,35 @@
+// Eager's argument checks for a call whose inputs are not computed yet.
+//
+// A CPU kernel checks its arguments (dtypes it supports, shapes that
+// broadcast, in-place writes that fit, overlaps it refuses, scalars that fit
+// the dtype) before it reads any data, and raises eager's error with eager's
+// exception type. Those checks are a function of the arguments' metadata
+// and scalar values, so kiln runs each distinct case once, on the calling
+// thread: on the host (library kernels), or, for ops recorded into a lazy
+// trace, whose inputs may not exist yet, on zero-filled twins of the
+// arguments. Its verdict then holds for every later call of the case.
+#pragma once
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+
+#include "dispatch/op_plan.h"
+#include "dispatch/shape_inference.h"
+
+namespace kiln::dispatch {
+
+// The case a call belongs to: `argument_shapes` (shape_inference.h), and
+// the values of the scalars that do not fit every dtype of the call's
+// tensors (a fill_(1e20) of a half tensor raises; the changing learning
+// rate of an optimizer step is one case).
+uint64_t argument_case(uint64_t argument_shapes, const torch::jit::Stack& stack, size_t first);
+
+// Runs the op's CPU kernel on zero-filled host twins of stack[first..]
+// (same sizes, strides, offsets, dtypes and storage sharing; a throwaway
+// generator): throws what eager throws for these arguments, else returns
+// whether the results' geometry agrees with the meta kernel's.
+OpPlan::Verdict check_on_zeroed_twins(const c10::OperatorHandle& op, const OpPlan& plan,
+                                      const torch::jit::Stack& stack, size_t first, c10::DeviceIndex index,
+                                      const InferredShapes& shapes);
+
+}  // namespace kiln::dispatch
