@@ -78,8 +78,15 @@ void check_copy_arguments(const at::Tensor& src, const at::Tensor& dst) {
 
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
   TORCH_CHECK(self.defined() && dst.defined(), "copy: source and destination must be defined");
+  // Views of the same data (two slices of one expanded tensor): eager's
+  // copy_ returns before any check, as there is nothing to move.
+  if (dst.is_alias_of(self) && dst.storage_offset() == self.storage_offset() && dst.sizes() == self.sizes() &&
+      dst.strides() == self.strides() && dst.scalar_type() == self.scalar_type() &&
+      dst.is_conj() == self.is_conj() && dst.is_neg() == self.is_neg()) {
+    return dst;
+  }
+  check_copy_arguments(self, dst);  // empty tensors too: eager checks before it sees there is nothing to copy
   if (dst.numel() == 0) return dst;
-  check_copy_arguments(self, dst);
   return with_torch_errors([&] {
     const bool src_dev = self.is_privateuseone(), dst_dev = dst.is_privateuseone();
     if (src_dev && dst_dev) copy_device_to_device(self, dst);
