@@ -92,9 +92,13 @@ void compare(LowerCtx& c, Op op) {
   c.store(0, c.n(op, DType::Bool, c.operand(0, k.dtype), c.operand(1, k.dtype)));
 }
 
+// Eager compares its operands, cast to their common dtype, with zero: a
+// 0-dim float64 1e-50 beside a bfloat16 tensor rounds to 0 and is false.
 void logical(LowerCtx& c, Op op) {
   c.pointwise_space();
-  c.store(0, c.n(op, DType::Bool, c.value(0, DType::Bool), c.value(1, DType::Bool)));
+  Common k(c, {0, 1});
+  auto truth = [&](size_t i) { return c.op().cast(c.operand(i, k.dtype), DType::Bool); };
+  c.store(0, c.n(op, DType::Bool, truth(0), truth(1)));
 }
 
 void bitwise(LowerCtx& c, Op op) {
@@ -164,10 +168,23 @@ void where(LowerCtx& c) {
 }
 
 // clamp(self, min, max): NaN in self propagates; min > max gives max.
+// Eager's clamp with a NaN scalar bound fills its result with NaN (the
+// TORCH_IMPL_FUNCs of clamp, clamp_min and clamp_max), whatever the input.
+bool nan_scalar_bound(LowerCtx& c, std::initializer_list<int> bounds) {
+  for (int i : bounds) {
+    if (c.present(i) && c.arg(i).isDouble() && std::isnan(c.arg(i).toDouble())) return true;
+  }
+  return false;
+}
+
 void clamp(LowerCtx& c, bool has_min, bool has_max) {
   c.pointwise_space();
   Common k(c, {0, 1, 2});
   const DType t = k.compute;
+  if (nan_scalar_bound(c, {1, 2})) {
+    c.store(0, c.c(std::numeric_limits<double>::quiet_NaN(), k.compute));
+    return;
+  }
   int32_t x = c.operand(0, k.dtype);  // scalar bounds: Scalar::to<scalar_t>(), rounded to the dtype
   const bool tensor_bounds = (c.present(1) && c.arg(1).isTensor()) || (c.present(2) && c.arg(2).isTensor());
   if (has_min && c.present(1)) x = c.n(tensor_bounds ? Op::Maximum : Op::Max, t, x, c.operand(1, k.dtype));
@@ -178,6 +195,10 @@ void clamp(LowerCtx& c, bool has_min, bool has_max) {
 void clamp_one(LowerCtx& c, bool is_min) {
   c.pointwise_space();
   Common k(c, {0, 1});
+  if (nan_scalar_bound(c, {1})) {
+    c.store(0, c.c(std::numeric_limits<double>::quiet_NaN(), k.compute));
+    return;
+  }
   const bool tensor_bound = c.arg(1).isTensor() && c.arg(1).toTensor().is_privateuseone();
   Op op = is_min ? (tensor_bound ? Op::Maximum : Op::Max) : (tensor_bound ? Op::Minimum : Op::Min);
   c.store(0, c.n(op, k.compute, c.operand(0, k.dtype), c.operand(1, k.dtype)));
@@ -200,10 +221,21 @@ void lerp(LowerCtx& c) {
 void addc(LowerCtx& c, Op op) {
   if (op == Op::Div) exact_only_in_full_floats(c);
   c.pointwise_space();
-  DType t = compute_of(c, {0, 1, 2});
+  Common k(c, {0, 1, 2});
+  const DType t = k.compute;
   if (op == Op::Div && !ir::is_floating(t)) throw Decline{};
-  int32_t scaled = c.present(3) ? c.n(Op::Mul, t, c.value(3, t), c.value(1, t)) : c.value(1, t);
-  c.store(0, c.n(Op::Add, t, c.value(0, t), c.n(op, t, scaled, c.value(2, t))));
+  // The tensors are cast to the common dtype first (int64 operands of a
+  // half result become inf beyond 65504); `value` is a scalar parameter.
+  int32_t t1 = c.operand(1, k.dtype);
+  int32_t scaled = c.present(3) ? c.n(Op::Mul, t, c.value(3, t), t1) : t1;
+  int32_t self = c.operand(0, k.dtype), t2 = c.operand(2, k.dtype);
+  // Eager's self + value * t1 * t2 is compiled with contraction into
+  // fma(value * t1, t2, self): no rounding (or overflow) of the last product.
+  if (op == Op::Mul && ir::is_floating(t)) {
+    c.store(0, c.n(Op::Fma, t, scaled, t2, self));
+    return;
+  }
+  c.store(0, c.n(Op::Add, t, self, c.n(op, t, scaled, t2)));
 }
 
 void fill(LowerCtx& c) {
@@ -418,12 +450,16 @@ void any_all(LowerCtx& c, bool any) {
   c.store(0, c.op().reduce(any ? ir::ReduceKind::Any : ir::ReduceKind::All, DType::Bool, c.value(0, DType::Bool)));
 }
 
-// var/std(self, dim, *, correction, keepdim): two passes in double.
+// var/std(self, dim, *, correction, keepdim): two passes in double (eager's Welford in double).
 void var_std(LowerCtx& c, bool is_std) {
   exact_only_in_full_floats(c);
   c.reduction_space(0, dims_arg(c, 1));
   DType out = LowerCtx::dtype(c.out(0).scalar_type());
   if (!ir::is_floating(out)) throw Decline{};
+  // A float32 reduction to one element takes eager's float32 mean first
+  // (std_var_all_cpu), which overflows where a double one does not: a
+  // float sum, so a library kernel (see exact_accumulator).
+  if (c.out(0).numel() == 1 && c.tensor(0).scalar_type() == at::kFloat) throw Decline{};
   const DType acc = DType::Float64;
   double correction = 1;
   if (c.present(2)) correction = c.scalar_value(2);
