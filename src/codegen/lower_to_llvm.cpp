@@ -270,7 +270,11 @@ class Lowering {
       case Op::Tan: id = llvm::Intrinsic::tan; break;
       default: break;
     }
-    if (id == llvm::Intrinsic::sin && ty->isFloatTy()) return sincos_f32(x, false);
+    if (id == llvm::Intrinsic::sin && ty->isFloatTy()) {
+      // sin(-0) is -0; the reduction's parts of pi/2 of either sign turn
+      // -0 into +0 (-0 + +0), so zeros pass through.
+      return b_.CreateSelect(b_.CreateFCmpOEQ(x, fconst(ty, 0)), x, sincos_f32(x, false));
+    }
     if (id == llvm::Intrinsic::cos && ty->isFloatTy()) return sincos_f32(x, true);
     if (id != llvm::Intrinsic::not_intrinsic) return intrinsic(id, {x});
     switch (op) {
