@@ -45,6 +45,7 @@ std::shared_ptr<const Entry> MemoryCache::get_or_build(const Key& key,
     std::lock_guard<std::mutex> lock(mu_);
     auto it = slots_.find(key);
     if (it == slots_.end()) {
+      if (slots_.size() >= kCapacity) slots_.clear();
       slot = std::make_shared<Slot>();
       slots_.emplace(key, slot);
       builder = true;
@@ -62,7 +63,8 @@ std::shared_ptr<const Entry> MemoryCache::get_or_build(const Key& key,
     } catch (...) {
       {
         std::lock_guard<std::mutex> lock(mu_);
-        slots_.erase(key);
+        auto it = slots_.find(key);
+        if (it != slots_.end() && it->second == slot) slots_.erase(it);  // not a later builder's slot
       }
       std::lock_guard<std::mutex> lock(slot->mu);
       slot->error = std::current_exception();

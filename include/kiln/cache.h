@@ -40,6 +40,13 @@ struct Entry {
 
 class MemoryCache {
  public:
+  // Each loaded kernel holds a few memory mappings of its own (its code and
+  // data pages), and Linux gives a process 65,530 (vm.max_map_count): a
+  // process that kept every kernel of ever new programs ran out after about
+  // 20,000 (mmap fails, then loading a kernel does). When full, the cache
+  // starts over; entries in use stay alive with their holders (shared_ptr).
+  static constexpr size_t kCapacity = 4096;
+
   // The entry for `key`, built by `build` on a miss. Concurrent callers for a
   // key being built wait for it instead of compiling it again; if `build`
   // throws, the error reaches every waiter and the key stays absent.

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -65,4 +66,22 @@ TEST(MemoryCache, AFailedBuildLeavesNoEntry) {
   bool hit = true;
   c.get_or_build(key, [] { return cache::Entry{}; }, &hit);
   EXPECT_FALSE(hit);
+}
+
+TEST(MemoryCache, StaysBoundedAndKeepsEntriesInUseAlive) {
+  cache::MemoryCache c;
+  auto build = [] {
+    cache::Entry e;
+    e.object = "obj";
+    return e;
+  };
+  auto held = c.get_or_build(cache::make_key("held", ""), build);
+  for (size_t i = 0; i < cache::MemoryCache::kCapacity + 10; ++i) {
+    c.get_or_build(cache::make_key("k" + std::to_string(i), ""), build);
+    ASSERT_LE(c.size(), cache::MemoryCache::kCapacity);
+  }
+  EXPECT_EQ(held->object, "obj");  // evicted from the cache, alive with its holder
+  bool hit = true;
+  c.get_or_build(cache::make_key("held", ""), build, &hit);
+  EXPECT_FALSE(hit);  // built again on the next miss
 }

@@ -1,0 +1,213 @@
+"""Eager's argument checks at the op, for ops lazy mode records as well as
+library kernels (issue 14): each line below raises on CPU, and must raise
+the same exception type, with eager's message, at the same line on the
+device, in both modes, whether or not an earlier call of the op with the
+same shapes passed. Plus the values lazy kernels must compute like eager's
+at the edges the extended differential test found (NaN clamp bounds, -0.0,
+FMA contraction, operands rounded to the common dtype)."""
+import os
+
+import pytest
+import torch
+
+import kiln
+from conftest import DEVICE, run_python
+
+
+@pytest.fixture(params=["lazy", "eager"])
+def mode(request):
+    previous = kiln.mode()
+    kiln.set_mode(request.param)
+    yield request.param
+    kiln.set_mode(previous)
+
+
+def sync():
+    getattr(torch, DEVICE).synchronize()
+
+
+def on(device, make):
+    """`make` builds the line's tensors on `device` (plain CPU tensors moved over)."""
+    return make(lambda t: t.to(device))
+
+
+# (name, builds the failing call from a `to` function)
+REFUSED = [
+    ("in-place write broadcast larger", lambda to: lambda: to(torch.zeros(2)).clamp_min_(to(torch.ones(2, 2)))),
+    ("in-place mul broadcast larger", lambda to: lambda: to(torch.zeros(1, 5)).mul_(to(torch.ones(5, 1)))),
+    ("out= is an input and would grow",
+     lambda to: (lambda a, b: lambda: torch.maximum(a, b, out=a))(to(torch.zeros(1, 1)), to(torch.zeros(1, 1, 1)))),
+    ("bool minus bool", lambda to: lambda: to(torch.zeros(3, dtype=torch.bool)) - True),
+    ("floor of bool", lambda to: lambda: torch.floor(to(torch.zeros(3, dtype=torch.bool)))),
+    ("abs of bool", lambda to: lambda: torch.abs(to(torch.zeros(3, dtype=torch.bool)))),
+    ("argmax of bool", lambda to: lambda: to(torch.zeros(3, dtype=torch.bool)).argmax(dim=0)),
+    ("int64 mul_ by a float", lambda to: lambda: to(torch.zeros(3, dtype=torch.int64)).mul_(0.5)),
+    ("uint8 fill_ negative", lambda to: lambda: to(torch.zeros(3, dtype=torch.uint8)).fill_(-0.48)),
+    ("half fill_ beyond its range", lambda to: lambda: to(torch.zeros(3, dtype=torch.half)).fill_(1e20)),
+    ("half clamp bound beyond its range", lambda to: lambda: to(torch.zeros(3, dtype=torch.half)).clamp_min_(1e20)),
+    ("float add with bool alpha", lambda to: lambda: torch.add(to(torch.zeros(3)), to(torch.zeros(3)), alpha=True)),
+    ("max over an empty dim", lambda to: lambda: to(torch.zeros(4, 0)).max(dim=1)),
+    ("copy_ of empty tensors that do not broadcast", lambda to: lambda: to(torch.zeros(0, 5)).copy_(to(torch.zeros(0, 3)))),
+]
+
+
+@pytest.mark.parametrize("name,make", REFUSED, ids=[r[0] for r in REFUSED])
+def test_refused_arguments_raise_eagers_error_at_the_op(mode, name, make):
+    with pytest.raises(Exception) as cpu:
+        on("cpu", make)()
+    with pytest.raises(type(cpu.value)) as device:
+        on(DEVICE, make)()  # the line itself raises, before any sync
+    assert type(device.value) is type(cpu.value)
+    assert str(cpu.value).split("\n")[0] in str(device.value), (str(device.value), str(cpu.value))
+    sync()  # and nothing is left pending
+
+
+def test_a_case_refused_after_the_same_shapes_passed_still_raises_at_the_op(mode):
+    """The check is per argument case, and a scalar that does not fit the
+    dtype is a case of its own: fill_(1.5) then fill_(1e20) on the same
+    half tensor (and through an expanded view, which lazy mode does not
+    trace) raise at the second line."""
+    for view in [lambda t: t, lambda t: t.expand(3, 2)]:
+        t = torch.zeros(3, 1 if view is not None else 2, dtype=torch.half, device=DEVICE)
+        view(t).fill_(1.5)
+        view(t).fill_(2.5)
+        with pytest.raises(RuntimeError, match="cannot be converted to type c10::Half without overflow"):
+            view(t).fill_(1e20)
+        sync()
+        assert t.cpu().eq(2.5).all()
+
+
+@pytest.mark.parametrize("run_mode", ["lazy", "eager"])
+def test_launch_blocking_keeps_the_errors_at_the_op(run_mode):
+    """The error tests above, again with every launch waited for."""
+    this_file = os.path.abspath(__file__)
+    selection = "raise and not launch_blocking"
+    code = f"import sys, pytest; sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', '-k', {selection!r}, {this_file!r}]))"
+    r = run_python(code, env={"KILN_MODE": run_mode, "KILN_LAUNCH_BLOCKING": "1"}, timeout=300)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
+    assert " passed" in r.stdout, r.stdout[-500:]
+
+
+def test_changing_float_scalars_are_one_case(dev):
+    """An optimizer's changing learning rate is not a new case: after the
+    first step, lazy-mode steps of the same shapes check nothing on the host
+    (no library kernels, no sync points)."""
+    previous = kiln.mode()
+    kiln.set_mode("lazy")
+    try:
+        p = torch.randn(64, device=dev)
+        g = torch.randn(64, device=dev)
+        p.add_(g, alpha=-1e-3)
+        sync()
+        kiln.metrics.reset()
+        for step in range(5):
+            p.add_(g, alpha=-1e-3 / (step + 2))
+            p.mul_(1 - 1e-4 * step)
+        sync()
+        c = kiln.metrics.counters()
+        assert c["library_kernels"] == {}, c["library_kernels"]
+        assert sum(c["sync_points"].values()) == 1, c["sync_points"]
+    finally:
+        kiln.set_mode(previous)
+
+
+def test_first_call_of_a_traced_op_is_checked_without_a_sync(dev):
+    """A traced op's first call with new shapes is checked on zero-filled
+    twins of its arguments, which needs neither their values nor a sync:
+    the trace keeps growing, and the results are eager's."""
+    previous = kiln.mode()
+    kiln.set_mode("lazy")
+    try:
+        x = torch.randn(5, 7, device=dev)
+        sync()
+        kiln.metrics.reset()
+        y = ((x * 3).relu() - 1).tanh()
+        z = y.amax(dim=1)
+        c = kiln.metrics.counters()
+        assert c["sync_points"] == {} and c["library_kernels"] == {}, c
+        want = ((x.cpu() * 3).relu() - 1).tanh().amax(dim=1)
+        torch.testing.assert_close(z.cpu(), want)
+    finally:
+        kiln.set_mode(previous)
+
+
+def test_the_check_leaves_random_state_alone(mode):
+    """The twins' run uses a throwaway generator: the program's stream is
+    the one eager draws from."""
+    torch.manual_seed(7)
+    getattr(torch, DEVICE).manual_seed(7)
+    a = torch.rand(4, 3, device=DEVICE)
+    b = torch.nn.functional.dropout(a, 0.5)
+    torch.manual_seed(7)
+    getattr(torch, DEVICE).manual_seed(7)
+    a2 = torch.rand(4, 3, device=DEVICE)
+    b2 = torch.nn.functional.dropout(a2, 0.5)
+    assert torch.equal(b.cpu(), b2.cpu())
+
+
+def test_copy_between_views_of_the_same_data_is_a_no_op(mode):
+    """Two slices of an expanded tensor that address the same elements:
+    eager's copy_ returns before its overlap checks."""
+    e = torch.zeros(1, device=DEVICE).expand(3)
+    e[:2].copy_(e[1:])
+    t = torch.arange(4.0, device=DEVICE)
+    t.copy_(t.view(4))
+    assert t.cpu().tolist() == [0.0, 1.0, 2.0, 3.0]
+
+
+# ---------------------------------------------------------------- values at the edges
+
+
+def close_bits(got, want):
+    """Equal values with equal signs (so -0.0 is not 0.0); NaN matches NaN."""
+    got, want = got.cpu(), want
+    assert got.dtype == want.dtype and got.shape == want.shape
+    nan = torch.isnan(want)
+    assert torch.equal(torch.isnan(got), nan)
+    assert torch.equal(got[~nan], want[~nan]) and torch.equal(torch.signbit(got[~nan]), torch.signbit(want[~nan])), \
+        (got, want)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_clamp_with_a_nan_scalar_bound_is_nan(mode, dtype):
+    x = torch.tensor([-1.0, 0.5, 2.0], dtype=dtype)
+    for f in [lambda t: t.clamp_min(float("nan")), lambda t: t.clone().clamp_max_(float("nan")),
+              lambda t: torch.clamp(t, min=0.0, max=float("nan")), lambda t: torch.clamp(t, min=float("nan"))]:
+        close_bits(f(x.to(DEVICE)), f(x))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_sin_keeps_the_sign_of_zero(mode, dtype):
+    x = torch.tensor([-0.0, 0.0, -1e-30, 2.0], dtype=dtype)
+    close_bits(torch.sin(x.to(DEVICE)), torch.sin(x))
+    y = x.to(DEVICE).clone()
+    y.sin_()
+    close_bits(y, torch.sin(x))
+    close_bits(torch.rsqrt(torch.sin(torch.trunc(x.to(DEVICE) * 0.1))), torch.rsqrt(torch.sin(torch.trunc(x * 0.1))))
+
+
+def test_addcmul_contracts_like_eager(mode):
+    """fma(value * t1, t2, self): -inf + 1.29 * 1e300 * 1e300 is -inf, not
+    NaN; and integer operands of a half result round to half first."""
+    s = torch.tensor([-float("inf"), 1.0, -1.7e308], dtype=torch.float64)
+    t = torch.tensor([1e300, 3.0, 1e154], dtype=torch.float64)
+    close_bits(torch.addcmul(s.to(DEVICE), t.to(DEVICE), t.to(DEVICE), value=1.29), torch.addcmul(s, t, t, value=1.29))
+    h = torch.tensor([0.5, 1.0, -2.0], dtype=torch.half)
+    i = torch.tensor([70000, 9223372036854775807, 3], dtype=torch.int64)
+    close_bits(torch.addcmul(h.to(DEVICE), i.to(DEVICE), i.to(DEVICE), value=0.5), torch.addcmul(h, i, i, value=0.5))
+
+
+def test_logical_ops_round_a_wider_zero_dim_operand_first(mode):
+    x = torch.tensor([1.0, 0.0, 2.0], dtype=torch.bfloat16)
+    tiny = torch.tensor(1e-50, dtype=torch.float64)
+    for f in [torch.logical_and, torch.logical_or, torch.logical_xor]:
+        close_bits(f(x.to(DEVICE), tiny.to(DEVICE)), f(x, tiny))
+
+
+def test_float32_variance_of_everything_overflows_like_eager(mode):
+    """Reduced to one element, eager takes a float32 mean first: inf."""
+    x = torch.full([2], -3e38)
+    close_bits(x.to(DEVICE).var(dim=-1, keepdim=True), x.var(dim=-1, keepdim=True))
+    close_bits(x.to(DEVICE).std(), x.std())
+    y = torch.full([2, 2], -3e38)
+    close_bits(y.to(DEVICE).var(dim=0), y.var(dim=0))
