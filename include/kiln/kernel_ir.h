@@ -45,7 +45,10 @@ enum class Op : uint8_t {
   Sin, Cos, Tan, Tanh, Sinh, Cosh, Asin, Acos, Atan, Asinh, Acosh, Atanh, Erf, Erfc, Sigmoid,
   Floor, Ceil, Round, Trunc, Sign, IsNan, IsInf,
   // binary
-  Add, Sub, Mul, Div, Pow, Atan2, Maximum, Minimum, Max, Min, Fmod,
+  Add, Sub, Mul, Div, Pow, Atan2,
+  MaxEitherNaN, MinEitherNaN,  // torch.maximum/minimum: a NaN in either operand gives NaN
+  MaxFirstNaN, MinFirstNaN,    // std::max/min (clamp by a scalar): only a NaN in in[0] passes
+  Fmod,
   Eq, Ne, Lt, Le, Gt, Ge, And, Or, Xor, BitAnd, BitOr, BitXor, CopySign,
   // ternary
   Where,  // in[0] ? in[1] : in[2]

@@ -16,10 +16,10 @@ enum class Counter {
   Fallbacks,       // ops that needed a host round trip, by op
   SyncPoints,      // host waits for a device, by reason
   Errors,          // failed launches and rejected ops, by op
-  Bytes,           // bytes copied, by direction (host_to_device, device_to_host, device_to_device)
+  BytesCopied,     // bytes copied, by direction (host_to_device, device_to_host, device_to_device)
   TraceFlushes,    // micro-traces flushed, by reason
   Regions,         // fused regions, by size bucket ("1 op", "2-3 ops", ...): a histogram
-  Compiles,        // kernels compiled by LLVM, by kind (pointwise, row)
+  KernelsCompiled, // kernels compiled by LLVM, by kind (pointwise, row)
   CompileTime,     // compiling thread's CPU time in microseconds: total_us, max_us; max_wall_us; warm_up_us
   ExecutableCache, // executables a flush needed: hit (also every kernel of a reused plan), miss
   PlanCache,       // flush plans: hit (reused for a trace of the same structure), miss

@@ -50,7 +50,7 @@ struct View {
 // One recorded op.
 struct TraceOp {
   // "aten::add.Tensor", for logs and errors. Not owned: a string literal or an
-  // op plan's name (plans live as long as the process), so that recording an
+  // op info's name (op infos live as long as the process), so that recording an
   // op does not copy it.
   const char* name = "";
   InlineVector<int64_t, kInlineRank> sizes;  // iteration space (rank >= 1)

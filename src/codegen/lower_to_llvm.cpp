@@ -577,15 +577,24 @@ class Lowering {
         if (!f) throw std::runtime_error("kiln codegen: integer fmod is not lowered");
         return b_.CreateFRem(a, b);
       case Op::CopySign: return intrinsic(llvm::Intrinsic::copysign, {a, b});
-      case Op::Maximum:
-        if (f) return intrinsic(llvm::Intrinsic::maximum, {a, b});
-        return intrinsic(is_unsigned(t) ? llvm::Intrinsic::umax : llvm::Intrinsic::smax, {a, b});
-      case Op::Minimum:
-        if (f) return intrinsic(llvm::Intrinsic::minimum, {a, b});
-        return intrinsic(is_unsigned(t) ? llvm::Intrinsic::umin : llvm::Intrinsic::smin, {a, b});
+      // Eager's vector loop: NaN if either is NaN, else max_ps/min_ps, which
+      // give b on a tie (+0 and -0 included). Not llvm.maximum/minimum: LLVM
+      // 19 narrows them to half vectors, whose x86 lowering returns -0 for
+      // minimum(-0, NaN).
+      case Op::MaxEitherNaN:
+      case Op::MinEitherNaN: {
+        const bool is_max = op == Op::MaxEitherNaN;
+        if (!f) {
+          const bool u = is_unsigned(t);
+          return intrinsic(is_max ? (u ? llvm::Intrinsic::umax : llvm::Intrinsic::smax)
+                                  : (u ? llvm::Intrinsic::umin : llvm::Intrinsic::smin), {a, b});
+        }
+        Value* picked = b_.CreateSelect(is_max ? b_.CreateFCmpOGT(a, b) : b_.CreateFCmpOLT(a, b), a, b);
+        return b_.CreateSelect(b_.CreateFCmpUNO(a, b), b_.CreateFAdd(a, b), picked);  // a + b: the NaN
+      }
       // std::max / std::min: a NaN in the first operand propagates (clamp).
-      case Op::Max: return b_.CreateSelect(compare(Op::Lt, a, b, t), b, a);
-      case Op::Min: return b_.CreateSelect(compare(Op::Lt, b, a, t), b, a);
+      case Op::MaxFirstNaN: return b_.CreateSelect(compare(Op::Lt, a, b, t), b, a);
+      case Op::MinFirstNaN: return b_.CreateSelect(compare(Op::Lt, b, a, t), b, a);
       case Op::Eq: case Op::Ne: case Op::Lt: case Op::Le: case Op::Gt: case Op::Ge:
         return compare(op, a, b, t);
       case Op::And: return b_.CreateAnd(a, b);

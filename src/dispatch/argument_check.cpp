@@ -100,7 +100,7 @@ uint64_t argument_case(uint64_t argument_shapes, const torch::jit::Stack& stack,
   return h;
 }
 
-OpPlan::Verdict check_on_zeroed_twins(const c10::OperatorHandle& op, const OpPlan& plan,
+OpInfo::Verdict check_on_zeroed_twins(const c10::OperatorHandle& op, const OpInfo& info,
                                       const torch::jit::Stack& stack, size_t first, c10::DeviceIndex index,
                                       const InferredShapes& shapes) {
   AliasSet twins = AliasSet::zeroed_twins();
@@ -108,7 +108,7 @@ OpPlan::Verdict check_on_zeroed_twins(const c10::OperatorHandle& op, const OpPla
   args.reserve(stack.size() - first);
   for (size_t i = first; i < stack.size(); ++i) {
     const c10::IValue& v = stack[i];
-    if (plan.generator_arg[i - first]) {
+    if (info.generator_arg[i - first]) {
       args.emplace_back(at::detail::createCPUGenerator());  // the program's generators do not advance
       continue;
     }
@@ -130,7 +130,7 @@ OpPlan::Verdict check_on_zeroed_twins(const c10::OperatorHandle& op, const OpPla
     const at::Tensor& t = arg_twins[i].toTensor();
     agrees = t.sizes() == c10::IntArrayRef(shapes.written[i]->sizes);
   }
-  return agrees ? OpPlan::Verdict::Agrees : OpPlan::Verdict::Disagrees;
+  return agrees ? OpInfo::Verdict::Agrees : OpInfo::Verdict::Disagrees;
 }
 
 }  // namespace kiln::dispatch

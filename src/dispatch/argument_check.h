@@ -13,7 +13,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 
-#include "dispatch/op_plan.h"
+#include "dispatch/op_info.h"
 #include "dispatch/shape_inference.h"
 
 namespace kiln::dispatch {
@@ -28,7 +28,7 @@ uint64_t argument_case(uint64_t argument_shapes, const torch::jit::Stack& stack,
 // (same sizes, strides, offsets, dtypes and storage sharing; a throwaway
 // generator): throws what eager throws for these arguments, else returns
 // whether the results' geometry agrees with the meta kernel's.
-OpPlan::Verdict check_on_zeroed_twins(const c10::OperatorHandle& op, const OpPlan& plan,
+OpInfo::Verdict check_on_zeroed_twins(const c10::OperatorHandle& op, const OpInfo& info,
                                       const torch::jit::Stack& stack, size_t first, c10::DeviceIndex index,
                                       const InferredShapes& shapes);
 

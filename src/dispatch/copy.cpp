@@ -9,7 +9,7 @@
 
 #include "dispatch/lazy.h"
 #include "dispatch/neuron.h"
-#include "dispatch/op_plan.h"
+#include "dispatch/op_info.h"
 #include "dispatch/tensor_alias.h"
 
 namespace kiln::dispatch {
@@ -18,14 +18,14 @@ namespace {
 // In lazy mode a copy within one device is a traced pointwise op (clone,
 // contiguous and reshape of a non-viewable tensor reach it): it fuses with
 // what produces and reads it instead of flushing the trace. Its lowering
-// (copy_into) declines the copies eager refuses; they launch as before.
+// (copy_in_place, lowering_table.cpp) declines the copies eager refuses; they launch as before.
 bool record_copy(const at::Tensor& src, const at::Tensor& dst) {
-  if (!settings().lazy) return false;  // before the plan lookup: eager mode never needs it
-  static const OpPlan& plan = plan_for(c10::Dispatcher::singleton().findSchemaOrThrow("aten::copy_", ""));
+  if (!settings().lazy) return false;  // before the op info lookup: eager mode never needs it
+  static const OpInfo& info = op_info_for(c10::Dispatcher::singleton().findSchemaOrThrow("aten::copy_", ""));
   const torch::jit::Stack stack{dst, src, false};
   const c10::IValue output(dst);
   const bool fresh = false;  // written in place
-  return try_record(plan, stack, 0, dst.device().index(), c10::ArrayRef<c10::IValue>(output),
+  return try_record(info, stack, 0, dst.device().index(), c10::ArrayRef<c10::IValue>(output),
                     c10::ArrayRef<bool>(fresh));
 }
 
@@ -37,7 +37,7 @@ void copy_device_to_device(const at::Tensor& src, const at::Tensor& dst) {
     // the destination's launch ran.
     synchronize(device(src.device().index()), "cross-device copy");
   }
-  Metrics::global().add(Counter::Bytes, "device_to_device", dst.nbytes());
+  Metrics::global().add(Counter::BytesCopied, "device_to_device", dst.nbytes());
   // One alias set: overlapping source and destination look overlapping to
   // the CPU copy, as they would on CPU.
   AliasSet aliases(c10::DispatchKey::CPU);
@@ -50,14 +50,14 @@ void copy_host_to_device(const at::Tensor& src, const at::Tensor& dst) {
   // tensor at once. The snapshot is already in dst's dtype and shape.
   at::Tensor staged = at::empty(dst.sizes(), dst.options().device(c10::kCPU));
   staged.copy_(src);
-  Metrics::global().add(Counter::Bytes, "host_to_device", dst.nbytes());
+  Metrics::global().add(Counter::BytesCopied, "host_to_device", dst.nbytes());
   enqueue(device(dst.device().index()), "copy host->device",
           [staged = std::move(staged), d = host_alias(dst)]() mutable { d.copy_(staged); });
 }
 
 void copy_device_to_host(const at::Tensor& src, const at::Tensor& dst) {
   synchronize(device(src.device().index()), "copy to host");
-  Metrics::global().add(Counter::Bytes, "device_to_host", src.nbytes());
+  Metrics::global().add(Counter::BytesCopied, "device_to_host", src.nbytes());
   dst.copy_(host_alias(src));
 }
 

@@ -82,12 +82,12 @@ void flush_trace(runtime::Device& dev, std::string_view reason) {
   if (dev.launch_blocking() && !dev.queue().idle()) wait_for_launches(dev, "launch blocking");
 }
 
-bool try_record(const OpPlan& plan, const torch::jit::Stack& stack, size_t first, c10::DeviceIndex index,
+bool try_record(const OpInfo& info, const torch::jit::Stack& stack, size_t first, c10::DeviceIndex index,
                 c10::ArrayRef<c10::IValue> outputs, c10::ArrayRef<bool> fresh) {
-  if (!settings().lazy || plan.lowering == nullptr) return false;
-  LowerCtx ctx(plan.name.c_str(), stack, first, outputs, fresh);
+  if (!settings().lazy || info.lowering == nullptr) return false;
+  LowerCtx ctx(info.name.c_str(), stack, first, outputs, fresh);
   try {
-    plan.lowering(ctx);
+    info.lowering(ctx);
     ctx.decline_overlaps();
   } catch (const Decline&) {
     return false;

@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "dispatch/op_plan.h"
+#include "dispatch/op_info.h"
 #include "kiln/runtime.h"
 
 namespace kiln::dispatch {
@@ -25,7 +25,7 @@ void flush_trace(runtime::Device& dev, std::string_view reason);
 // and the lowering takes these arguments. `outputs` are the op's results
 // (allocated, or the arguments it writes); `fresh[j]` says output j was
 // allocated for this call. Returns false when the caller must launch it.
-bool try_record(const OpPlan& plan, const torch::jit::Stack& stack, size_t first, c10::DeviceIndex index,
+bool try_record(const OpInfo& info, const torch::jit::Stack& stack, size_t first, c10::DeviceIndex index,
                 c10::ArrayRef<c10::IValue> outputs, c10::ArrayRef<bool> fresh);
 
 // The device allocator's free: tells the recorder first (a pending output

@@ -30,7 +30,7 @@
 #include "dispatch/generator.h"
 #include "dispatch/lazy.h"
 #include "dispatch/neuron.h"
-#include "dispatch/op_plan.h"
+#include "dispatch/op_info.h"
 #include "dispatch/shape_inference.h"
 #include "dispatch/tensor_alias.h"
 
@@ -49,7 +49,7 @@ using Outputs = c10::SmallVector<c10::IValue, 2>;
 
 // Finds the op's device and enforces eager's rule: all tensors on one device,
 // except CPU 0-dim tensors (scalars) and CPU index tensors, which are copied.
-c10::DeviceIndex resolve_device(const OpPlan& plan, torch::jit::Stack& stack, size_t first) {
+c10::DeviceIndex resolve_device(const OpInfo& info, torch::jit::Stack& stack, size_t first) {
   c10::DeviceIndex index = -1;
   std::string other;
   auto note = [&](const at::Tensor& t) {
@@ -72,7 +72,7 @@ c10::DeviceIndex resolve_device(const OpPlan& plan, torch::jit::Stack& stack, si
   }
   if (index < 0) index = current_device();
   TORCH_CHECK(other.empty(), "Expected all tensors to be on the same device, but found at least two devices, ",
-              device_string(index), " and ", other, "! (when checking arguments for ", plan.name, ")");
+              device_string(index), " and ", other, "! (when checking arguments for ", info.name, ")");
   // CPU index tensors (x[cpu_idx]) are copied to the device, as CUDA does.
   for (size_t i = first; i < stack.size(); ++i) {
     if (stack[i].isList() && !stack[i].isTensorList()) {
@@ -92,13 +92,13 @@ c10::IValue to_host_device_arg(const c10::IValue& v, c10::DeviceType type) {
 // Arguments for a CPU kernel: device tensors become aliases, CPU scalars are
 // snapshotted (the caller may change them before the launch runs), device
 // generators become their host generators.
-std::vector<c10::IValue> host_arguments(const OpPlan& plan, const torch::jit::Stack& stack, size_t first,
+std::vector<c10::IValue> host_arguments(const OpInfo& info, const torch::jit::Stack& stack, size_t first,
                                         AliasSet& aliases, c10::DeviceIndex index, bool snapshot_cpu) {
   std::vector<c10::IValue> out;
   out.reserve(stack.size() - first);
   for (size_t i = first; i < stack.size(); ++i) {
     const c10::IValue& v = stack[i];
-    if (plan.generator_arg[i - first]) {
+    if (info.generator_arg[i - first]) {
       std::optional<at::Generator> gen;
       if (v.isGenerator()) gen = v.toGenerator();
       out.emplace_back(host_generator_for(gen, index));
@@ -115,20 +115,20 @@ std::vector<c10::IValue> host_arguments(const OpPlan& plan, const torch::jit::St
   return out;
 }
 
-void warn_or_fail_fallback(const OpPlan& plan) {
-  Metrics::global().add(Counter::Fallbacks, plan.name);
-  log("fallback", plan.name + " runs on the host (no meta kernel)");
+void warn_or_fail_fallback(const OpInfo& info) {
+  Metrics::global().add(Counter::Fallbacks, info.name);
+  log("fallback", info.name + " runs on the host (no meta kernel)");
   switch (settings().fallback) {
     case FallbackPolicy::Error:
-      TORCH_CHECK(false, plan.name, " has no way to run on ", settings().device_name,
+      TORCH_CHECK(false, info.name, " has no way to run on ", settings().device_name,
                   " without a host round trip (no shape inference: it has no meta kernel), and KILN_FALLBACK=error. "
                   "Set KILN_FALLBACK=warn or silent to allow it.");
     case FallbackPolicy::Warn: {
       static std::mutex mu;
       static std::unordered_set<std::string> warned;
       std::lock_guard<std::mutex> lock(mu);
-      if (warned.insert(plan.name).second) {
-        TORCH_WARN("kiln: ", plan.name, " ran as a host fallback on ", settings().device_name,
+      if (warned.insert(info.name).second) {
+        TORCH_WARN("kiln: ", info.name, " ran as a host fallback on ", settings().device_name,
                    " (it has no meta kernel, so its outputs cannot be allocated ahead of the launch; "
                    "the device queue was drained first). Warned once per op; KILN_FALLBACK=silent|error.");
       }
@@ -155,14 +155,14 @@ void adopt_geometry(const at::Tensor& t, const Geometry& g) {
 }
 
 // Copies a CPU kernel's result into the alias of a preallocated output.
-void copy_into(const c10::IValue& dst, const c10::IValue& src) {
+void copy_result_into(const c10::IValue& dst, const c10::IValue& src) {
   if (dst.isTensor()) {
     const at::Tensor& d = dst.toTensor();
     if (d.defined() && src.isTensor() && src.toTensor().defined()) d.copy_(src.toTensor());
   } else if (dst.isTensorList()) {
     auto d = dst.toTensorList();
     auto s = src.toTensorList();
-    for (size_t k = 0; k < d.size(); ++k) copy_into(d.get(k), s.get(k));
+    for (size_t k = 0; k < d.size(); ++k) copy_result_into(d.get(k), s.get(k));
   }
 }
 
@@ -186,31 +186,31 @@ class HeldWarnings final : public c10::WarningHandler {
 
 // ------------------------------------------------------------ paths
 
-void run_view(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::Stack* stack, size_t first,
+void run_view(const c10::OperatorHandle& op, const OpInfo& info, torch::jit::Stack* stack, size_t first,
               c10::DeviceIndex index) {
   AliasSet aliases(c10::DispatchKey::CPU);
-  std::vector<c10::IValue> args = host_arguments(plan, *stack, first, aliases, index, false);
+  std::vector<c10::IValue> args = host_arguments(info, *stack, first, aliases, index, false);
   stack->resize(first);
   for (auto& a : args) stack->push_back(std::move(a));
   op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
   for (size_t i = first; i < stack->size(); ++i) {
     (*stack)[i] = map_tensors((*stack)[i], [&](const at::Tensor& r) {
       at::Tensor v = aliases.device_view(r);
-      TORCH_CHECK(v.defined(), plan.name, ": view op returned a tensor that is not a view of its input");
+      TORCH_CHECK(v.defined(), info.name, ": view op returned a tensor that is not a view of its input");
       return v;
     });
   }
 }
 
-void run_on_host(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::Stack* stack, size_t first,
+void run_on_host(const c10::OperatorHandle& op, const OpInfo& info, torch::jit::Stack* stack, size_t first,
                  c10::DeviceIndex index, std::string_view reason) {
-  if (plan.is_fallback) warn_or_fail_fallback(plan);
-  else Metrics::global().add(Counter::LibraryKernels, plan.name);
+  if (info.is_fallback) warn_or_fail_fallback(info);
+  else Metrics::global().add(Counter::LibraryKernels, info.name);
   runtime::Device& dev = device(index);
-  synchronize(dev, reason == kFirstCall ? std::string(reason) : std::string(reason) + ": " + plan.name);
+  synchronize(dev, reason == kFirstCall ? std::string(reason) : std::string(reason) + ": " + info.name);
   std::vector<c10::IValue> device_args(stack->begin() + first, stack->end());
   AliasSet aliases(c10::DispatchKey::CPU, /*resizable_cpu=*/true);
-  std::vector<c10::IValue> args = host_arguments(plan, *stack, first, aliases, index, false);
+  std::vector<c10::IValue> args = host_arguments(info, *stack, first, aliases, index, false);
   std::vector<c10::IValue> host_args = args;
   stack->resize(first);
   for (auto& a : args) stack->push_back(std::move(a));
@@ -221,7 +221,7 @@ void run_on_host(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::
   // Arguments the CPU kernel wrote take the geometry it gave them (out=
   // resizing); ones it had to reallocate got host memory: bring that back.
   for (size_t i = 0; i < device_args.size(); ++i) {
-    if (!plan.mutable_arg[i] || !device_args[i].isTensor()) continue;
+    if (!info.mutable_arg[i] || !device_args[i].isTensor()) continue;
     const at::Tensor& dev_t = device_args[i].toTensor();
     const at::Tensor& host_t = host_args[i].toTensor();
     if (!dev_t.defined() || !dev_t.is_privateuseone()) continue;
@@ -243,21 +243,21 @@ void run_on_host(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::
                            ? empty_device(r.sizes(), r.strides(), r.scalar_type(), index)
                            : empty_device(r.sizes(), c10::contiguous_strides(r.sizes()), r.scalar_type(), index);
       host_alias(out).copy_(r);
-      Metrics::global().add(Counter::Bytes, "host_to_device", r.nbytes());
+      Metrics::global().add(Counter::BytesCopied, "host_to_device", r.nbytes());
       return out;
     });
   }
 }
 
-void run_async(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::Stack* stack, size_t first,
+void run_async(const c10::OperatorHandle& op, const OpInfo& info, torch::jit::Stack* stack, size_t first,
                c10::DeviceIndex index) {
   // 1. Shape inference (the op's meta kernel, memoized).
   std::shared_ptr<const InferredShapes> shapes;
   try {
-    shapes = infer_shapes(op, plan.mutable_arg, *stack, first, plan.shapes);
+    shapes = infer_shapes(op, info.mutable_arg, *stack, first, info.shapes);
   } catch (const std::exception&) {
     // Data-dependent output, or an error: the CPU kernel gives eager's answer.
-    run_on_host(op, plan, stack, first, index, "data-dependent shape");
+    run_on_host(op, info, stack, first, index, "data-dependent shape");
     return;
   }
   const std::vector<c10::IValue>& meta_stack = shapes->returns;
@@ -273,7 +273,7 @@ void run_async(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::St
     }
     Outputs outs;
     for (size_t j = 0; j < meta_stack.size(); ++j) {
-      int a = plan.return_alias_arg[j];
+      int a = info.return_alias_arg[j];
       if (a >= 0) outs.push_back((*stack)[first + a]);
       else outs.push_back(map_tensors(meta_stack[j], [&](const at::Tensor& m) { return empty_like_meta(m, index); }));
     }
@@ -284,33 +284,33 @@ void run_async(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::St
   // does, at the op (argument_check.h); later calls of the case can only
   // fail on data. A traceable op's inputs may not be computed yet: its
   // case is checked on zero-filled twins, without a sync.
-  const bool traceable = plan.lowering != nullptr && settings().lazy;
-  auto verdict = static_cast<OpPlan::Verdict>(shapes->verdict.load(std::memory_order_relaxed));
+  const bool traceable = info.lowering != nullptr && settings().lazy;
+  auto verdict = static_cast<OpInfo::Verdict>(shapes->verdict.load(std::memory_order_relaxed));
   uint64_t signature = 0;
-  if (verdict == OpPlan::Verdict::Unknown) {
+  if (verdict == OpInfo::Verdict::Unknown) {
     // Arguments the shape key cannot describe: a traced op is checked at
     // every call, a library kernel once per dtypes and ranks.
     const bool exact = shapes->argument_shapes != 0;
     signature = argument_case(exact ? shapes->argument_shapes : argument_signature(*stack, first), *stack, first);
-    if (exact || !traceable) verdict = plan.verdict(signature);
-    if (traceable && verdict == OpPlan::Verdict::Unknown) {
-      verdict = check_on_zeroed_twins(op, plan, *stack, first, index, *shapes);
-      if (exact) plan.set_verdict(signature, verdict);
-      if (verdict == OpPlan::Verdict::Disagrees) {
-        log("dispatch", plan.name + ": meta kernel disagrees with the CPU kernel; runs on the host");
+    if (exact || !traceable) verdict = info.verdict(signature);
+    if (traceable && verdict == OpInfo::Verdict::Unknown) {
+      verdict = check_on_zeroed_twins(op, info, *stack, first, index, *shapes);
+      if (exact) info.set_verdict(signature, verdict);
+      if (verdict == OpInfo::Verdict::Disagrees) {
+        log("dispatch", info.name + ": meta kernel disagrees with the CPU kernel; runs on the host");
       }
     }
-    if (verdict != OpPlan::Verdict::Unknown) shapes->verdict.store(static_cast<int>(verdict));
+    if (verdict != OpInfo::Verdict::Unknown) shapes->verdict.store(static_cast<int>(verdict));
   }
 
   // Lazy mode: a traceable op is recorded, not launched, if its meta kernel
   // gives the CPU kernel's geometry.
   Outputs outputs;
-  if (traceable && verdict == OpPlan::Verdict::Agrees) {
+  if (traceable && verdict == OpInfo::Verdict::Agrees) {
     outputs = make_outputs();
     c10::SmallVector<bool, 4> fresh;
-    for (size_t j = 0; j < outputs.size(); ++j) fresh.push_back(plan.return_alias_arg[j] < 0);
-    if (try_record(plan, *stack, first, index, outputs, fresh)) {
+    for (size_t j = 0; j < outputs.size(); ++j) fresh.push_back(info.return_alias_arg[j] < 0);
+    if (try_record(info, *stack, first, index, outputs, fresh)) {
       stack->resize(first);
       for (auto& o : outputs) stack->push_back(std::move(o));
       return;
@@ -318,31 +318,31 @@ void run_async(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::St
   }
 
   switch (verdict) {
-    case OpPlan::Verdict::Disagrees:
-      run_on_host(op, plan, stack, first, index, "meta kernel disagrees with CPU");
+    case OpInfo::Verdict::Disagrees:
+      run_on_host(op, info, stack, first, index, "meta kernel disagrees with CPU");
       return;
-    case OpPlan::Verdict::Unknown: {
-      run_on_host(op, plan, stack, first, index, kFirstCall);
+    case OpInfo::Verdict::Unknown: {
+      run_on_host(op, info, stack, first, index, kFirstCall);
       bool agrees = stack->size() - first == meta_stack.size();
       for (size_t j = 0; agrees && j < meta_stack.size(); ++j) {
         agrees = same_geometry((*stack)[first + j], meta_stack[j]);
       }
-      plan.set_verdict(signature, agrees ? OpPlan::Verdict::Agrees : OpPlan::Verdict::Disagrees);
-      if (!agrees) log("dispatch", plan.name + ": meta kernel disagrees with the CPU kernel; runs on the host");
+      info.set_verdict(signature, agrees ? OpInfo::Verdict::Agrees : OpInfo::Verdict::Disagrees);
+      if (!agrees) log("dispatch", info.name + ": meta kernel disagrees with the CPU kernel; runs on the host");
       return;
     }
-    case OpPlan::Verdict::Agrees:
+    case OpInfo::Verdict::Agrees:
       break;
   }
-  Metrics::global().add(Counter::LibraryKernels, plan.name);
+  Metrics::global().add(Counter::LibraryKernels, info.name);
   if (outputs.empty()) outputs = make_outputs();
 
   // 3. The launch: the CPU kernel over aliases of the device memory.
   AliasSet aliases(c10::DispatchKey::CPU);
-  std::vector<c10::IValue> args = host_arguments(plan, *stack, first, aliases, index, /*snapshot_cpu=*/true);
+  std::vector<c10::IValue> args = host_arguments(info, *stack, first, aliases, index, /*snapshot_cpu=*/true);
   std::vector<c10::IValue> fresh;  // aliases of fresh outputs, by return position (None if aliased)
   for (size_t j = 0; j < outputs.size(); ++j) {
-    fresh.push_back(plan.return_alias_arg[j] >= 0
+    fresh.push_back(info.return_alias_arg[j] >= 0
                         ? c10::IValue()
                         : map_tensors(outputs[j], [&](const at::Tensor& t) { return aliases.alias(t); }));
   }
@@ -352,7 +352,7 @@ void run_async(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::St
   // trusted with dense inputs: the first call with these shapes checked the
   // functional kernel, and some out= kernels are wrong for strided inputs
   // (native_batch_norm.out's save_mean, torch 2.13).
-  bool out_variant_fits = plan.out_variant.has_value() && !plan.out_variant_failed.load(std::memory_order_relaxed);
+  bool out_variant_fits = info.out_variant.has_value() && !info.out_variant_failed.load(std::memory_order_relaxed);
   for (const auto& o : outputs) {
     if (o.isTensor() && !o.toTensor().defined()) out_variant_fits = false;
   }
@@ -362,7 +362,7 @@ void run_async(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::St
     });
   }
   if (out_variant_fits) {
-    enqueue(dev, plan.name, [&plan, op, args = std::move(args), fresh = std::move(fresh)]() mutable {
+    enqueue(dev, info.name, [&info, op, args = std::move(args), fresh = std::move(fresh)]() mutable {
       std::vector<c10::IValue> out_args = args;  // the boxed call consumes its stack; args serve a retry
       for (auto& f : fresh) out_args.push_back(f);
       std::vector<Geometry> planned;
@@ -373,7 +373,7 @@ void run_async(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::St
       try {
         {
           c10::WarningUtils::WarningHandlerGuard guard(&held);
-          plan.out_variant->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &out_args);
+          info.out_variant->redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &out_args);
         }
         held.release();
         for (size_t j = 0; j < fresh.size(); ++j) planned[j].restore(fresh[j].toTensor());
@@ -383,14 +383,14 @@ void run_async(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::St
         // inputs are bad: the functional kernel tells which, with eager's error.
       }
       op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &args);
-      plan.out_variant_failed.store(true, std::memory_order_relaxed);
-      for (size_t j = 0; j < fresh.size(); ++j) copy_into(fresh[j], args[j]);
+      info.out_variant_failed.store(true, std::memory_order_relaxed);
+      for (size_t j = 0; j < fresh.size(); ++j) copy_result_into(fresh[j], args[j]);
     });
   } else {
-    enqueue(dev, plan.name, [op, args = std::move(args), fresh = std::move(fresh)]() mutable {
+    enqueue(dev, info.name, [op, args = std::move(args), fresh = std::move(fresh)]() mutable {
       op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &args);
       for (size_t j = 0; j < fresh.size(); ++j) {
-        copy_into(fresh[j], args[j]);
+        copy_result_into(fresh[j], args[j]);
       }
     });
   }
@@ -399,20 +399,20 @@ void run_async(const c10::OperatorHandle& op, const OpPlan& plan, torch::jit::St
 }
 
 void neuron_library_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
-  const OpPlan& plan = plan_for(op);
+  const OpInfo& info = op_info_for(op);
   const size_t first = stack->size() - op.schema().arguments().size();
   with_torch_errors([&] {
-    c10::DeviceIndex index = resolve_device(plan, *stack, first);
+    c10::DeviceIndex index = resolve_device(info, *stack, first);
     device(index);  // validates the index (and fork state)
-    switch (plan.path) {
+    switch (info.path) {
       case Path::View:
-        run_view(op, plan, stack, first, index);
+        run_view(op, info, stack, first, index);
         break;
       case Path::Async:
-        run_async(op, plan, stack, first, index);
+        run_async(op, info, stack, first, index);
         break;
       case Path::Host:
-        run_on_host(op, plan, stack, first, index, plan.host_reason);
+        run_on_host(op, info, stack, first, index, info.host_reason);
         break;
     }
   });

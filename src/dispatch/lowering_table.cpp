@@ -72,17 +72,22 @@ void unary(LowerCtx& c, Op op, bool to_float) {
   c.store(0, c.n(op, t, c.value(0, t)));
 }
 
-// mul and div keep a scalar second operand in opmath precision (eager's
-// is_scalar(2) fast path); everything else, add and sub included, rounds
-// scalars to the common dtype (measured against torch 2.13's CPU kernels).
-bool scalar_second_in_opmath(Op op) { return op == Op::Mul || op == Op::Div; }
+// mul and div keep a second operand of one element (a Python number, a
+// 0-dim or size-1 tensor: eager's is_scalar(2) fast path, which reads its
+// original value in opmath) in opmath precision; everything else, add and
+// sub included, and a second operand of more elements, rounds to the common
+// dtype (measured against torch 2.13's CPU kernels).
+bool scalar_second_in_opmath(LowerCtx& c, Op op) {
+  if (op != Op::Mul && op != Op::Div) return false;
+  return !c.arg(1).isTensor() || c.arg(1).toTensor().numel() == 1;
+}
 
 void binary(LowerCtx& c, Op op, bool to_float) {
   c.pointwise_space();
   Common k(c, {0, 1});
   if (to_float && !at::isFloatingType(k.dtype)) k.dtype = c10::typeMetaToScalarType(c10::get_default_dtype());
   const DType t = LowerCtx::opmath(k.dtype);
-  int32_t b = scalar_second_in_opmath(op) ? c.value(1, t) : c.operand(1, k.dtype);
+  int32_t b = scalar_second_in_opmath(c, op) ? c.value(1, t) : c.operand(1, k.dtype);
   c.store(0, c.n(op, t, c.operand(0, k.dtype), b));
 }
 
@@ -187,8 +192,8 @@ void clamp(LowerCtx& c, bool has_min, bool has_max) {
   }
   int32_t x = c.operand(0, k.dtype);  // scalar bounds: Scalar::to<scalar_t>(), rounded to the dtype
   const bool tensor_bounds = (c.present(1) && c.arg(1).isTensor()) || (c.present(2) && c.arg(2).isTensor());
-  if (has_min && c.present(1)) x = c.n(tensor_bounds ? Op::Maximum : Op::Max, t, x, c.operand(1, k.dtype));
-  if (has_max && c.present(2)) x = c.n(tensor_bounds ? Op::Minimum : Op::Min, t, x, c.operand(2, k.dtype));
+  if (has_min && c.present(1)) x = c.n(tensor_bounds ? Op::MaxEitherNaN : Op::MaxFirstNaN, t, x, c.operand(1, k.dtype));
+  if (has_max && c.present(2)) x = c.n(tensor_bounds ? Op::MinEitherNaN : Op::MinFirstNaN, t, x, c.operand(2, k.dtype));
   c.store(0, x);
 }
 
@@ -200,7 +205,7 @@ void clamp_one(LowerCtx& c, bool is_min) {
     return;
   }
   const bool tensor_bound = c.arg(1).isTensor() && c.arg(1).toTensor().is_privateuseone();
-  Op op = is_min ? (tensor_bound ? Op::Maximum : Op::Max) : (tensor_bound ? Op::Minimum : Op::Min);
+  Op op = is_min ? (tensor_bound ? Op::MaxEitherNaN : Op::MaxFirstNaN) : (tensor_bound ? Op::MinEitherNaN : Op::MinFirstNaN);
   c.store(0, c.n(op, k.compute, c.operand(0, k.dtype), c.operand(1, k.dtype)));
 }
 
@@ -260,7 +265,7 @@ void copy_cast(LowerCtx& c) {
 // into self's shape and converted to its dtype, as eager's copy converts.
 // Copies eager refuses (src does not broadcast to self; overlaps, which
 // every traced op declines) are not traced.
-void copy_into(LowerCtx& c) {
+void copy_in_place(LowerCtx& c) {
   const at::Tensor& self = c.out(0);
   const at::Tensor& src = c.tensor(1);
   if (self.device() != src.device() || !at::is_expandable_to(src.sizes(), self.sizes())) throw Decline{};
@@ -284,7 +289,7 @@ void equals_infinity(LowerCtx& c, double sign) {
 void relu(LowerCtx& c) {
   c.pointwise_space();
   DType t = compute_of(c, {0});
-  c.store(0, c.n(Op::Max, t, c.value(0, t), c.c(0, t)));
+  c.store(0, c.n(Op::MaxFirstNaN, t, c.value(0, t), c.c(0, t)));
 }
 
 constexpr double kSqrt1_2 = 0.70710678118654752440;
@@ -468,7 +473,7 @@ void var_std(LowerCtx& c, bool is_std) {
   int32_t mean = c.n(Op::Div, acc, c.op().reduce(ir::ReduceKind::Sum, acc, x), n);
   int32_t d = c.n(Op::Sub, acc, x, mean);
   int32_t m2 = c.op().reduce(ir::ReduceKind::Sum, acc, c.n(Op::Mul, acc, d, d));
-  int32_t dof = c.n(Op::Max, acc, c.n(Op::Sub, acc, n, c.op().scalar_float(correction)), c.c(0, acc));
+  int32_t dof = c.n(Op::MaxFirstNaN, acc, c.n(Op::Sub, acc, n, c.op().scalar_float(correction)), c.c(0, acc));
   int32_t var = c.n(Op::Div, acc, m2, dof);
   c.store(0, is_std ? c.n(Op::Sqrt, acc, var) : var);
 }
@@ -567,8 +572,8 @@ const std::unordered_map<std::string, Lower>& table() {
       {"mul", [](LowerCtx& c) { binary(c, Op::Mul, false); }},
       {"div", div},
       {"pow", pow},
-      {"maximum", [](LowerCtx& c) { binary(c, Op::Maximum, false); }},
-      {"minimum", [](LowerCtx& c) { binary(c, Op::Minimum, false); }},
+      {"maximum", [](LowerCtx& c) { binary(c, Op::MaxEitherNaN, false); }},
+      {"minimum", [](LowerCtx& c) { binary(c, Op::MinEitherNaN, false); }},
       {"atan2", [](LowerCtx& c) { binary(c, Op::Atan2, true); }},
       {"lerp", lerp},
       {"addcmul", [](LowerCtx& c) { addc(c, Op::Mul); }},
@@ -648,7 +653,7 @@ const std::unordered_map<std::string, Lower>& table() {
       {"zero", zero},
       {"_to_copy", copy_cast},
       {"clone", copy_cast},
-      {"copy", copy_into},
+      {"copy", copy_in_place},
       // reductions
       {"sum", sum},
       {"prod", prod},

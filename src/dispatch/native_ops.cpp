@@ -128,7 +128,7 @@ at::Tensor& set_empty(at::Tensor& self) {
 c10::Scalar local_scalar_dense(const at::Tensor& self) {
   runtime::Device& dev = device(self.device().index());
   synchronize(dev, "item");
-  Metrics::global().add(Counter::Bytes, "device_to_host", self.element_size());
+  Metrics::global().add(Counter::BytesCopied, "device_to_host", self.element_size());
   return at::native::_local_scalar_dense_cpu(host_alias(self));
 }
 

@@ -1,4 +1,4 @@
-#include "dispatch/op_plan.h"
+#include "dispatch/op_info.h"
 
 #include <atomic>
 #include <shared_mutex>
@@ -108,16 +108,16 @@ std::optional<c10::OperatorHandle> find_out_variant(const c10::FunctionSchema& s
   return std::nullopt;
 }
 
-std::unique_ptr<OpPlan> make_plan(const c10::OperatorHandle& op) {
+std::unique_ptr<OpInfo> make_op_info(const c10::OperatorHandle& op) {
   const auto& schema = op.schema();
-  auto owned = std::make_unique<OpPlan>();
-  OpPlan& plan = *owned;
-  plan.name = schema.name() + (schema.overload_name().empty() ? "" : "." + schema.overload_name());
-  plan.lowering = find_lowering(plan.name);
+  auto owned = std::make_unique<OpInfo>();
+  OpInfo& info = *owned;
+  info.name = schema.name() + (schema.overload_name().empty() ? "" : "." + schema.overload_name());
+  info.lowering = find_lowering(info.name);
   const auto& args = schema.arguments();
   for (const auto& a : args) {
-    plan.mutable_arg.push_back(a.alias_info() && a.alias_info()->isWrite());
-    plan.generator_arg.push_back(is_generator_type(a.type()));
+    info.mutable_arg.push_back(a.alias_info() && a.alias_info()->isWrite());
+    info.generator_arg.push_back(is_generator_type(a.type()));
   }
   bool any_view_return = false, any_host_value = false;
   for (const auto& r : schema.returns()) {
@@ -128,7 +128,7 @@ std::unique_ptr<OpPlan> make_plan(const c10::OperatorHandle& op) {
       }
       if (!r.alias_info()->isWrite()) any_view_return = true;
     }
-    plan.return_alias_arg.push_back(alias_arg);
+    info.return_alias_arg.push_back(alias_arg);
     auto kind = r.type()->kind();
     bool tensorish = kind == c10::TypeKind::TensorType ||
                      (kind == c10::TypeKind::ListType &&
@@ -137,87 +137,87 @@ std::unique_ptr<OpPlan> make_plan(const c10::OperatorHandle& op) {
   }
   const bool has_meta = op.hasKernelForDispatchKey(c10::DispatchKey::Meta);
   if (any_view_return) {
-    plan.path = Path::View;
+    info.path = Path::View;
   } else if (!has_meta) {
-    plan.path = Path::Host;
-    plan.is_fallback = kDataDependentOps.count(schema.name()) == 0;
-    plan.host_reason = plan.is_fallback ? "fallback" : "data-dependent shape";
+    info.path = Path::Host;
+    info.is_fallback = kDataDependentOps.count(schema.name()) == 0;
+    info.host_reason = info.is_fallback ? "fallback" : "data-dependent shape";
   } else if (any_host_value) {
-    plan.path = Path::Host;
-    plan.host_reason = "host value";
+    info.path = Path::Host;
+    info.host_reason = "host value";
   } else {
-    plan.path = Path::Async;
-    plan.out_variant = find_out_variant(schema);
+    info.path = Path::Async;
+    info.out_variant = find_out_variant(schema);
   }
   return owned;
 }
 
-// Plans of every op dispatched so far, shared by all threads. Never freed
-// (nor is this): recorded trace ops point at plans' names until they are
+// The infos of every op dispatched so far, shared by all threads. Never freed
+// (nor is this): recorded trace ops point at infos' names until they are
 // flushed, at exit too.
-struct PlanRegistry {
+struct InfoRegistry {
   std::shared_mutex mu;
-  std::unordered_map<c10::OperatorName, std::unique_ptr<OpPlan>> plans;
-  std::vector<std::unique_ptr<OpPlan>> retired;  // of deregistered ops
+  std::unordered_map<c10::OperatorName, std::unique_ptr<OpInfo>> infos;
+  std::vector<std::unique_ptr<OpInfo>> retired;  // of deregistered ops
   std::atomic<uint64_t> epoch{0};                // bumped when an op is deregistered
 };
 
-PlanRegistry& registry() {
-  static auto* r = new PlanRegistry();
+InfoRegistry& registry() {
+  static auto* r = new InfoRegistry();
   return *r;
 }
 
-// A deregistered op's plan is retired, and the per-thread maps, keyed by the
+// A deregistered op's info is retired, and the per-thread maps, keyed by the
 // op's address (which the next op registered may reuse), start over.
-class RetireDeregisteredPlans : public c10::OpRegistrationListener {
+class RetireDeregisteredInfos : public c10::OpRegistrationListener {
  public:
   void onOperatorRegistered(const c10::OperatorHandle&) override {}
   void onOperatorDeregistered(const c10::OperatorHandle& op) override {
-    PlanRegistry& r = registry();
+    InfoRegistry& r = registry();
     std::unique_lock lock(r.mu);
-    auto it = r.plans.find(op.operator_name());
-    if (it != r.plans.end()) {
+    auto it = r.infos.find(op.operator_name());
+    if (it != r.infos.end()) {
       r.retired.push_back(std::move(it->second));
-      r.plans.erase(it);
+      r.infos.erase(it);
     }
     r.epoch.fetch_add(1, std::memory_order_release);
   }
 };
 
 // What one thread has looked up: no lock on the way of every dispatched op.
-struct SeenPlans {
+struct SeenInfos {
   uint64_t epoch = 0;
-  std::unordered_map<c10::OperatorHandle, const OpPlan*> plans;
+  std::unordered_map<c10::OperatorHandle, const OpInfo*> infos;
 };
 
 }  // namespace
 
-const OpPlan& plan_for(const c10::OperatorHandle& op) {
+const OpInfo& op_info_for(const c10::OperatorHandle& op) {
   static auto* listening = new c10::RegistrationHandleRAII(
-      c10::Dispatcher::singleton().addRegistrationListener(std::make_unique<RetireDeregisteredPlans>()));
+      c10::Dispatcher::singleton().addRegistrationListener(std::make_unique<RetireDeregisteredInfos>()));
   (void)listening;
-  PlanRegistry& r = registry();
-  thread_local auto* seen = new SeenPlans();  // not destroyed: a late destructor may dispatch
+  InfoRegistry& r = registry();
+  thread_local auto* seen = new SeenInfos();  // not destroyed: a late destructor may dispatch
   const uint64_t epoch = r.epoch.load(std::memory_order_acquire);
   if (seen->epoch != epoch) {
-    seen->plans.clear();
+    seen->infos.clear();
     seen->epoch = epoch;
   }
-  auto hit = seen->plans.find(op);
-  if (hit != seen->plans.end()) return *hit->second;
+  auto hit = seen->infos.find(op);
+  if (hit != seen->infos.end()) return *hit->second;
   const auto& name = op.operator_name();
-  const OpPlan* found = nullptr;
+  const OpInfo* found = nullptr;
   {
     std::shared_lock lock(r.mu);
-    auto it = r.plans.find(name);
-    if (it != r.plans.end()) found = it->second.get();
+    auto it = r.infos.find(name);
+    if (it != r.infos.end()) found = it->second.get();
   }
   if (found == nullptr) {
-    auto plan = make_plan(op);
+    auto info = make_op_info(op);
     std::unique_lock lock(r.mu);
-    found = r.plans.emplace(name, std::move(plan)).first->second.get();
+    found = r.infos.emplace(name, std::move(info)).first->second.get();
   }
-  seen->plans.emplace(op, found);
+  seen->infos.emplace(op, found);
   return *found;
 }
 

@@ -1,6 +1,6 @@
 // What the dispatcher learns once about an operator, from its schema and
 // its registered kernels: which path the library kernel takes, which
-// arguments it writes, its out= overload. Plans are made on first use and
+// arguments it writes, its out= overload. Made on first use, they
 // live for the process.
 #pragma once
 
@@ -24,7 +24,7 @@ namespace kiln::dispatch {
 enum class Path { View, Async, Host };
 
 // What the dispatcher learns once about an operator from its schema.
-struct OpPlan {
+struct OpInfo {
   std::string name;                      // "aten::add.Tensor"
   Path path = Path::Async;
   bool is_fallback = false;              // no meta kernel: runs on the host
@@ -62,7 +62,7 @@ struct OpPlan {
   mutable std::unordered_map<uint64_t, Verdict> verdicts;
 };
 
-const OpPlan& plan_for(const c10::OperatorHandle& op);
+const OpInfo& op_info_for(const c10::OperatorHandle& op);
 
 // What decides an op's output dtypes and ranks (the unit of the meta-vs-CPU
 // check): each argument's kind, each flag's value, each tensor's dtype and rank.

@@ -41,9 +41,9 @@ struct InferredShapes {
   // What the key says of the arguments but their floating-point values:
   // their dtypes, sizes, strides, flags and integer values, and which share
   // storage (0: not cacheable). With the scalars that do not fit, the unit
-  // of the first-call check (argument_case, OpPlan).
+  // of the first-call check (argument_case, OpInfo).
   uint64_t argument_shapes = 0;
-  // The op plan's verdict for these arguments, once known (0 = not yet):
+  // The op info's verdict for these arguments, once known (0 = not yet):
   // the cache key determines it, so a cache hit skips recomputing it.
   mutable std::atomic<int> verdict{0};
 };

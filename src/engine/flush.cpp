@@ -66,7 +66,7 @@ cache::Entry build(const fusion::PlannedKernel& pk, const std::string& name) {
   codegen::CompiledObject obj = codegen::compile(pk.kernel, name, g_options.codegen, want_ir);
   if (want_ir) dump(name, pk.kernel, obj);
   const char* kind = pk.kernel.reduce_rank ? "row" : "pointwise";
-  Metrics::global().add(Counter::Compiles, kind);
+  Metrics::global().add(Counter::KernelsCompiled, kind);
   const auto us = static_cast<int64_t>(obj.compile_ms * 1000);
   Metrics::global().add(Counter::CompileTime, "total_us", us);
   Metrics::global().raise_to(Counter::CompileTime, "max_us", us);
@@ -121,7 +121,7 @@ cache::MemoryCache& executable_cache() {
 }
 
 // Counts the trace's ops by name, once per flush: recording itself counts
-// nothing. Names are stable pointers (string literals or op plans' names),
+// nothing. Names are stable pointers (string literals or op infos' names),
 // so the tally hashes pointers, not strings.
 static void count_traced_ops(const trace::Trace& trace, Metrics& metrics) {
   std::unordered_map<const char*, int64_t> tally;

@@ -20,10 +20,10 @@ const char* Metrics::counter_name(Counter counter) {
     case Counter::Fallbacks: return "fallbacks";
     case Counter::SyncPoints: return "sync_points";
     case Counter::Errors: return "errors";
-    case Counter::Bytes: return "bytes_copied";
+    case Counter::BytesCopied: return "bytes_copied";
     case Counter::TraceFlushes: return "trace_flushes";
     case Counter::Regions: return "regions";
-    case Counter::Compiles: return "kernels_compiled";
+    case Counter::KernelsCompiled: return "kernels_compiled";
     case Counter::CompileTime: return "compile_time";
     case Counter::ExecutableCache: return "executable_cache";
     case Counter::PlanCache: return "plan_cache";

@@ -14,10 +14,10 @@ using kiln::Metrics;
 namespace {
 
 const Counter kAllCounters[] = {
-    Counter::Launches,     Counter::TracedOps,       Counter::LibraryKernels, Counter::Fallbacks,
-    Counter::SyncPoints,   Counter::Errors,          Counter::Bytes,          Counter::TraceFlushes,
-    Counter::Regions,      Counter::Compiles,        Counter::CompileTime,    Counter::ExecutableCache,
-    Counter::PlanCache,    Counter::ExecutableLaunches, Counter::BytesNotWritten};
+    Counter::Launches,        Counter::TracedOps,   Counter::LibraryKernels,  Counter::Fallbacks,
+    Counter::SyncPoints,      Counter::Errors,      Counter::BytesCopied,     Counter::TraceFlushes,
+    Counter::Regions,         Counter::KernelsCompiled, Counter::CompileTime, Counter::ExecutableCache,
+    Counter::PlanCache,       Counter::ExecutableLaunches, Counter::BytesNotWritten};
 
 bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
@@ -29,11 +29,11 @@ TEST(Metrics, AddAndGet) {
   m.add(Counter::Launches, "aten::add.Tensor");
   m.add(Counter::Launches, "aten::add.Tensor");
   m.add(Counter::Launches, "aten::mul.Tensor", 5);
-  m.add(Counter::Bytes, "host_to_device", 4096);
-  m.add(Counter::Bytes, "host_to_device", -96);
+  m.add(Counter::BytesCopied, "host_to_device", 4096);
+  m.add(Counter::BytesCopied, "host_to_device", -96);
   EXPECT_EQ(m.get(Counter::Launches, "aten::add.Tensor"), 2);
   EXPECT_EQ(m.get(Counter::Launches, "aten::mul.Tensor"), 5);
-  EXPECT_EQ(m.get(Counter::Bytes, "host_to_device"), 4000);
+  EXPECT_EQ(m.get(Counter::BytesCopied, "host_to_device"), 4000);
   // Counters are separate tables.
   EXPECT_EQ(m.get(Counter::Fallbacks, "aten::add.Tensor"), 0);
   EXPECT_EQ(m.get(Counter::Launches, "host_to_device"), 0);
@@ -121,7 +121,7 @@ TEST(Metrics, ConcurrentAddsSumCorrectly) {
       const std::string own = "thread" + std::to_string(t);
       for (int i = 0; i < kPerThread; ++i) {
         m.add(Counter::Launches, "shared");
-        m.add(Counter::Bytes, "host_to_device", 3);
+        m.add(Counter::BytesCopied, "host_to_device", 3);
         m.add(Counter::Launches, own);
         if (i % 1000 == 0) (void)m.snapshot();  // readers interleave with writers
       }
@@ -129,7 +129,7 @@ TEST(Metrics, ConcurrentAddsSumCorrectly) {
   }
   for (auto& th : threads) th.join();
   EXPECT_EQ(m.get(Counter::Launches, "shared"), int64_t(kThreads) * kPerThread);
-  EXPECT_EQ(m.get(Counter::Bytes, "host_to_device"), int64_t(kThreads) * kPerThread * 3);
+  EXPECT_EQ(m.get(Counter::BytesCopied, "host_to_device"), int64_t(kThreads) * kPerThread * 3);
   for (int t = 0; t < kThreads; ++t) {
     EXPECT_EQ(m.get(Counter::Launches, "thread" + std::to_string(t)), kPerThread);
   }
