@@ -181,3 +181,20 @@ def test_comparison_allows_either_answer_of_a_maybe_zero_over_zero():
     got[2] = math.nan  # a nonzero divisor leaves nothing undetermined
     with pytest.raises(AssertionError):
         compare(program, "v3", got, want["v3"])
+
+
+def test_comparison_leaves_the_sign_of_a_tie_of_zeros_open():
+    """maximum(-0.0, 0.0) is the first operand in eager's scalar loop (this
+    4-element tensor) and the second in its vector loop; divided into 1, the
+    two give -inf and inf. Both are eager's."""
+    program = _program("v0 = torch.tensor([-0.0, -0.0, 1.0, 2.0], dtype=torch.float64).to(DEV)",
+                       "v1 = torch.tensor([0.0, 0.0, 1.0, 3.0], dtype=torch.float64).to(DEV)",
+                       "v2 = torch.maximum(v0, v1)", "v3 = torch.reciprocal(v2)")
+    want = program.run("cpu")
+    assert want["v3"][0].item() == -math.inf
+    got = want["v3"].clone()
+    got[0] = math.inf
+    compare(program, "v3", got, want["v3"])
+    got[3] = -got[3]  # elsewhere the sign is eager's
+    with pytest.raises(AssertionError):
+        compare(program, "v3", got, want["v3"])

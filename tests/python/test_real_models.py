@@ -13,7 +13,6 @@ import pytest
 import torch
 from torch import nn
 
-import kiln
 from conftest import DEVICE
 
 # No network: everything below is built from configs or saved to tmp_path.
@@ -26,17 +25,6 @@ transformers.logging.set_verbosity_error()
 RTOL = 1e-5  # as test_training_parity.py
 VOCAB, BATCH, SEQ = 128, 2, 12
 HF_STEPS, HF_LR = 5, 1e-3
-
-
-@pytest.fixture(params=["lazy", "eager"])
-def mode(request):
-    """Runs the test in kiln's lazy and eager modes; restores the mode after."""
-    previous = kiln.mode()
-    kiln.set_mode(request.param)
-    try:
-        yield request.param
-    finally:
-        kiln.set_mode(previous)
 
 
 # ---------------------------------------------------------------- Hugging Face

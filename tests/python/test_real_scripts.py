@@ -3,25 +3,12 @@ weights, fused RNN cells, eager's errors at the line that caused them, launch
 blocking in lazy mode, autocast's whole policy, and small API details. Each
 test runs in both modes."""
 import copy
-import os
 
 import pytest
 import torch
 
 import kiln
-from conftest import DEVICE, run_python
-
-
-@pytest.fixture(params=["lazy", "eager"])
-def mode(request):
-    previous = kiln.mode()
-    kiln.set_mode(request.param)
-    yield request.param
-    kiln.set_mode(previous)
-
-
-def sync():
-    getattr(torch, DEVICE).synchronize()
+from conftest import DEVICE, rerun_with_launch_blocking, run_python, sync
 
 
 # ---------------------------------------------------------------- module.to keeps identity
@@ -370,12 +357,7 @@ def test_every_kernel_form_gives_eagers_values_at_the_extremes(mode, dtype, fn):
 @pytest.mark.parametrize("run_mode", ["lazy", "eager"])
 def test_launch_blocking_keeps_errors_at_the_op(run_mode):
     """The error tests above, again with every launch waited for."""
-    this_file = os.path.abspath(__file__)
-    selection = "(raise_at_the_op or data_dependent) and not launch_blocking"
-    code = f"import sys, pytest; sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', '-k', {selection!r}, {this_file!r}]))"
-    r = run_python(code, env={"KILN_MODE": run_mode, "KILN_LAUNCH_BLOCKING": "1"}, timeout=300)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
-    assert " passed" in r.stdout
+    rerun_with_launch_blocking(__file__, "(raise_at_the_op or data_dependent) and not launch_blocking", run_mode)
 
 
 def test_batch_norm_of_a_strided_view_matches_cpu_after_the_first_call(mode):
