@@ -577,10 +577,13 @@ class Lowering {
         if (!f) throw std::runtime_error("kiln codegen: integer fmod is not lowered");
         return b_.CreateFRem(a, b);
       case Op::CopySign: return intrinsic(llvm::Intrinsic::copysign, {a, b});
-      // Eager's vector loop: NaN if either is NaN, else max_ps/min_ps, which
-      // give b on a tie (+0 and -0 included). Not llvm.maximum/minimum: LLVM
-      // 19 narrows them to half vectors, whose x86 lowering returns -0 for
-      // minimum(-0, NaN).
+      // NaN if either is NaN (a + b is that NaN), else maxnum/minnum; a tie
+      // of +0 and -0 gives either, as eager's loops do (its vector loop the
+      // second, its scalar loop the first). Not llvm.maximum/minimum: LLVM 19
+      // narrows them to half vectors, whose x86 lowering returns -0 for
+      // minimum(-0, NaN). Nor a compare-and-select: InstCombine folds
+      // select(isnan(a), a, select(a > 0, a, 0)) with a = fabs(x) into a
+      // compare of x itself (x > 0), which drops negative x.
       case Op::MaxEitherNaN:
       case Op::MinEitherNaN: {
         const bool is_max = op == Op::MaxEitherNaN;
@@ -589,8 +592,8 @@ class Lowering {
           return intrinsic(is_max ? (u ? llvm::Intrinsic::umax : llvm::Intrinsic::smax)
                                   : (u ? llvm::Intrinsic::umin : llvm::Intrinsic::smin), {a, b});
         }
-        Value* picked = b_.CreateSelect(is_max ? b_.CreateFCmpOGT(a, b) : b_.CreateFCmpOLT(a, b), a, b);
-        return b_.CreateSelect(b_.CreateFCmpUNO(a, b), b_.CreateFAdd(a, b), picked);  // a + b: the NaN
+        Value* picked = intrinsic(is_max ? llvm::Intrinsic::maxnum : llvm::Intrinsic::minnum, {a, b});
+        return b_.CreateSelect(b_.CreateFCmpUNO(a, b), b_.CreateFAdd(a, b), picked);
       }
       // std::max / std::min: a NaN in the first operand propagates (clamp).
       case Op::MaxFirstNaN: return b_.CreateSelect(compare(Op::Lt, a, b, t), b, a);
