@@ -204,9 +204,11 @@ int64_t extent(const at::Tensor& t) {
 // transposes that at::has_internal_overlap calls too hard).
 bool provably_no_internal_overlap(const at::Tensor& t) {
   c10::SmallVector<std::pair<int64_t, int64_t>, 6> dims;  // (|stride|, size)
+  // An empty tensor counts too: a traced write through an empty expanded
+  // view would still store at one address along the expanded dim, which a
+  // row kernel reducing over that dim cannot hold (invalid kernel IR).
   for (int64_t d = 0; d < t.dim(); ++d) {
-    if (t.size(d) == 0) return true;
-    if (t.size(d) != 1) dims.emplace_back(std::abs(t.stride(d)), t.size(d));
+    if (t.size(d) > 1) dims.emplace_back(std::abs(t.stride(d)), t.size(d));
   }
   std::sort(dims.begin(), dims.end());
   int64_t span = 0;  // elements the dims so far reach past the first

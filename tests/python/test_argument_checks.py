@@ -223,3 +223,20 @@ def test_maximum_and_minimum_propagate_nan_beside_a_negative_zero(mode, dtype):
     for x in [a, -a]:
         got = torch.maximum(torch.abs(x.to(DEVICE)), zeros.to(DEVICE))
         assert torch.equal(got.cpu().nan_to_num(7), torch.maximum(torch.abs(x), zeros).nan_to_num(7))
+
+
+def test_write_through_an_empty_expanded_view_beside_a_reduction(mode):
+    """Seed 73311: an in-place op on an empty expanded view fused with an
+    argmax over the expanded dim made invalid kernel IR (a store at one
+    address along the reduced dim). Empty or not, such writes are not traced."""
+    def run(device):
+        x = torch.zeros(7, 0, dtype=torch.float64, device=device).unsqueeze(0).expand(2, 7, 0)
+        s = torch.tensor([0.5], dtype=torch.float64, device=device)
+        m = torch.maximum(s, x)
+        lse = torch.logsumexp(s, dim=0)
+        x.div_(m)
+        return lse, m.argmax(dim=0, keepdim=True)
+    (lse, idx), (want_lse, want_idx) = run(DEVICE), run("cpu")
+    sync()
+    close_bits(lse, want_lse)
+    assert idx.shape == want_idx.shape and idx.dtype == want_idx.dtype
