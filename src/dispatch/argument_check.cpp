@@ -25,12 +25,12 @@ bool fits_all(From v, const DTypes& dtypes) {
     if (st == c10::kBool) continue;
     bool fits = false;
     switch (st) {
-#define KILN_FITS(T, name)                      \
+#define FITS_CASE(T, name)                      \
   case c10::ScalarType::name:                   \
     fits = !c10::overflows<T, From>(v);         \
     break;
-      AT_FORALL_SCALAR_TYPES_WITH_COMPLEX(KILN_FITS)
-#undef KILN_FITS
+      AT_FORALL_SCALAR_TYPES_WITH_COMPLEX(FITS_CASE)
+#undef FITS_CASE
       default:
         break;  // a dtype without a checked conversion: its own case
     }
