@@ -36,7 +36,8 @@ at::Tensor AliasSet::alias_of(const at::Tensor& t) {
   if (zeroed_) {
     // calloc: a large block comes from fresh zero pages, touched only where the kernel reads.
     void* data = std::calloc(std::max<size_t>(nbytes, 1), 1);
-    TORCH_CHECK(data != nullptr, "kiln: out of host memory for a ", nbytes, "-byte argument check");
+    TORCH_CHECK_WITH(OutOfMemoryError, data != nullptr, "kiln: out of host memory for the ", nbytes,
+                     "-byte zero-filled twin of an argument (eager's argument checks of a traced op)");
     alias_storage = c10::Storage(c10::Storage::use_byte_size_t(), nbytes,
                                  c10::DataPtr(data, data, &std::free, c10::Device(c10::kCPU)),
                                  c10::GetAllocator(c10::kCPU), true);
