@@ -960,13 +960,16 @@ def _pointwise(op, operands, values, result, kwargs, overlapping=False):
         if own is not None:
             err = err + scale * own
         bounds.append(_settle(err, result, undetermined))
-    if op in ("maximum", "minimum", "fmax", "fmin") and len(values) == 2:
-        # A tie of +0 and -0 gives the second operand in eager's vector loop
-        # and the first in its scalar one (small tensors, tails), so its sign
-        # is not eager's to define: one subnormal of bound marks it (x / it,
-        # rsqrt of it: either infinity).
-        a, b = (torch.as_tensor(v, dtype=torch.float64).expand(shape) for v in values)
-        tie = (a == 0) & (b == 0) & (torch.signbit(a) != torch.signbit(b))
+    if op in ("maximum", "minimum", "fmax", "fmin", "clamp", "clamp_min", "clamp_max"):
+        # A tie of +0 and -0 gives one operand in eager's vector loop and the
+        # other in its scalar one (small tensors, tails), so the sign of a
+        # zero result beside a zero of the other sign is not eager's to
+        # define: one subnormal of bound marks it (x / it, rsqrt of it:
+        # either infinity).
+        tie = torch.zeros(shape, dtype=torch.bool)
+        for v in values:
+            v = torch.as_tensor(v, dtype=torch.float64).expand(shape)
+            tie = tie | ((y == 0) & (v == 0) & (torch.signbit(v) != torch.signbit(y)))
         bounds = [torch.where(tie, torch.clamp(e, min=math.ulp(0.0)), e) for e in bounds]
     return bounds[0], bounds[1], ext
 
