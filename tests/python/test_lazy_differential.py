@@ -198,3 +198,18 @@ def test_comparison_leaves_the_sign_of_a_tie_of_zeros_open():
     got[3] = -got[3]  # elsewhere the sign is eager's
     with pytest.raises(AssertionError):
         compare(program, "v3", got, want["v3"])
+
+
+def test_comparison_leaves_the_sign_of_a_clamped_zero_open():
+    """Seed 38085: relu(x).clamp_max(y) with relu(x) = +0 and y = -0.0 is
+    -0.0 in eager and may be +0 in kiln; rsqrt of it is -inf or inf."""
+    program = _program("v0 = torch.tensor([0.0, 4.0], dtype=torch.float64).to(DEV)",
+                       "v1 = torch.tensor([-0.0, 9.0], dtype=torch.float64).to(DEV)",
+                       "v2 = torch.relu(v0)", "v3 = torch.clamp_max(v2, v1)", "v4 = torch.rsqrt(v3)")
+    want = program.run("cpu")
+    got = want["v4"].clone()
+    got[0] = -got[0]
+    compare(program, "v4", got, want["v4"])
+    got[1] = -got[1]
+    with pytest.raises(AssertionError):
+        compare(program, "v4", got, want["v4"])
