@@ -1019,12 +1019,14 @@ def _reduce(op, args, kwargs, result):
         elif op == "var":
             n = max(v.numel() // max(y.numel(), 1), 2)
             mean = v.mean(dim=dim, keepdim=True)
-            spread = torch.where(err > 0, torch.nan_to_num((v - mean).abs(), nan=math.inf) * err, 0.0)
+            gap = torch.nan_to_num((v - mean).abs(), nan=math.inf, posinf=math.inf)
+            spread = torch.where(err > 0, gap * err, 0.0)
             prop = 2 / (n - 1) * rows(spread, "sum")
             own = scale * torch.clamp(rows(fv * fv, "mean") * n / (n - 1), min=fy)
         else:
             raise LookupError(f"no error rule for {op}")
-        bounds.append(_settle(torch.nan_to_num(prop, nan=math.inf) + own, result, undetermined))
+        # inf stays inf (nan_to_num's default would make it the largest finite)
+        bounds.append(_settle(torch.nan_to_num(prop, nan=math.inf, posinf=math.inf) + own, result, undetermined))
     return bounds[0], bounds[1], out_ext
 
 

@@ -33,7 +33,8 @@ REFUSED = [
     ("half clamp bound beyond its range", lambda to: lambda: to(torch.zeros(3, dtype=torch.half)).clamp_min_(1e20)),
     ("float add with bool alpha", lambda to: lambda: torch.add(to(torch.zeros(3)), to(torch.zeros(3)), alpha=True)),
     ("max over an empty dim", lambda to: lambda: to(torch.zeros(4, 0)).max(dim=1)),
-    ("copy_ of empty tensors that do not broadcast", lambda to: lambda: to(torch.zeros(0, 5)).copy_(to(torch.zeros(0, 3)))),
+    ("copy_ of empty tensors that do not broadcast",
+     lambda to: lambda: to(torch.zeros(0, 5)).copy_(to(torch.zeros(0, 3)))),
 ]
 
 

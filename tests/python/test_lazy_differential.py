@@ -213,3 +213,16 @@ def test_comparison_leaves_the_sign_of_a_clamped_zero_open():
     got[1] = -got[1]
     with pytest.raises(AssertionError):
         compare(program, "v4", got, want["v4"])
+
+
+def test_comparison_lets_an_undetermined_element_decide_its_row():
+    """Seed 95413: log(log1p(-5e-324)) is log(0) = -inf in eager and
+    log(-5e-324) = nan in kiln (log1p one subnormal ulp apart); the max of
+    its row may then be nan. An infinite bound stayed finite (nan_to_num's
+    default turned it into 1.8e308), which refused the nan."""
+    program = _program("v0 = torch.tensor([-5e-324, 1e-308], dtype=torch.float64).to(DEV)",
+                       "v1 = torch.log1p(v0)", "v2 = torch.log(v1)", "v3 = v2.amax(dim=-1, keepdim=True)")
+    want = program.run("cpu")
+    got = want["v3"].clone()
+    got[0] = math.nan
+    compare(program, "v3", got, want["v3"])
