@@ -15,6 +15,7 @@
 #include "kiln/cache.h"
 #include "kiln/codegen.h"
 #include "kiln/fusion.h"
+#include "kiln/recorder.h"
 #include "kiln/trace.h"
 
 using namespace kiln;
@@ -84,17 +85,19 @@ trace::Trace make_trace(int n) {
 }
 
 void BM_RecordOp(benchmark::State& state) {
-  trace::Recorder rec;
+  static runtime::Device dev(0, 1 << 20, false);
+  trace::Recorder rec(dev);
   std::vector<float> mem(3 * 256);
   const std::vector<int64_t> sizes = {256};
   int64_t n = 0;
   for (auto _ : state) {
-    auto lock = rec.lock();
-    int32_t x = rec.buffer(mem.data(), 1024, false, nullptr);
-    int32_t z = rec.buffer(mem.data() + 256, 1024, false, nullptr);
-    int32_t y = rec.buffer(mem.data() + 512, 1024, true, nullptr);
-    rec.append(pointwise_op(x, z, y, sizes, 1.5));
-    if (++n % 1024 == 0) benchmark::DoNotOptimize(rec.take());
+    rec.record([&](trace::PendingTrace& t) {
+      int32_t x = t.buffer(mem.data(), 1024, false, nullptr);
+      int32_t z = t.buffer(mem.data() + 256, 1024, false, nullptr);
+      int32_t y = t.buffer(mem.data() + 512, 1024, true, nullptr);
+      t.append(pointwise_op(x, z, y, sizes, 1.5));
+    });
+    if (++n % 1024 == 0) rec.flush([](const trace::Trace& t) { benchmark::DoNotOptimize(t.ops.data()); });
   }
   state.SetItemsProcessed(state.iterations());
 }

@@ -33,11 +33,12 @@ struct Options {
 void configure(const Options& options);
 const Options& options();
 
-// Plans, compiles (or reuses) and launches `trace` on `dev`, then releases
-// the trace's buffers. Returns once the launches are submitted (it never
-// waits for the device, whatever KILN_LAUNCH_BLOCKING says). `reason`
-// is what made the flush happen (counted in the metrics).
-void flush(runtime::Device& dev, trace::Trace trace, std::string_view reason);
+// Plans, compiles (or reuses) and launches `trace` on `dev`. Returns once the
+// launches are submitted (with KILN_LAUNCH_BLOCKING, once they ran: the
+// device decides). The caller keeps the trace, and the buffers it holds,
+// alive until then. `reason` is what made the flush happen (counted in the
+// metrics). Throws runtime::LaunchError for a blocking launch that failed.
+void flush(runtime::Device& dev, const trace::Trace& trace, std::string_view reason);
 
 // Each compile of this process, in order (benchmarks): the compiling
 // thread's CPU time and the wall time, in ms (see codegen::CompiledObject).

@@ -31,6 +31,16 @@
 
 namespace kiln::runtime {
 
+// The most devices a process may have (KILN_DEVICE_COUNT's upper bound):
+// per-device tables above the runtime are sized by it.
+constexpr int kMaxDevices = 16;
+
+// How a host thread waits for a device. The layer above may pass one that
+// lets other host threads run meanwhile (the Python layer releases the GIL:
+// a launch, or dropping its arguments, may need it); it must call `wait`.
+// Empty: wait in place.
+using HostWait = std::function<void(const std::function<void()>& wait)>;
+
 // ---------------------------------------------------------------- errors
 
 // Allocation past the device's capacity. Carries the numbers a user needs.
@@ -131,6 +141,8 @@ class Executable {
  public:
   virtual ~Executable() = default;
   virtual const std::string& name() const = 0;
+  // What the metrics count its launches under ("fused kernel").
+  virtual const char* kind() const = 0;
   virtual void run(const LaunchArgs& args) = 0;
 };
 
@@ -142,7 +154,7 @@ class LaunchQueue {
  public:
   using Work = std::function<void()>;
 
-  explicit LaunchQueue(int device);
+  explicit LaunchQueue(int device, HostWait host_wait = {});
   ~LaunchQueue();
   LaunchQueue(const LaunchQueue&) = delete;
   LaunchQueue& operator=(const LaunchQueue&) = delete;
@@ -172,6 +184,7 @@ class LaunchQueue {
   void worker_loop();
 
   const int device_;
+  const HostWait host_wait_;
   std::mutex mu_;
   std::condition_variable work_cv_;   // worker waits for items
   std::condition_variable done_cv_;   // waiters wait for completion
@@ -214,13 +227,15 @@ class Event {
 
 // ---------------------------------------------------------------- device
 
+// Everything the layers above do with a device goes through this interface:
+// memory, launches, copies, waits and events. Launches are counted here
+// (Counter::Launches, by name) and KILN_LAUNCH_BLOCKING is decided here.
 class Device {
  public:
-  Device(int index, size_t capacity_bytes, bool launch_blocking);
+  Device(int index, size_t capacity_bytes, bool launch_blocking, HostWait host_wait = {});
 
   int index() const { return index_; }
   MemoryPool& memory() { return pool_; }
-  LaunchQueue& queue() { return queue_; }
 
   void* allocate(size_t bytes);
   // Frees after every launch submitted so far has run (the block may still be
@@ -233,19 +248,34 @@ class Device {
   uint64_t launch(std::shared_ptr<Executable> exe, LaunchArgs args);
 
   // Copies, ordered on the queue. Host memory must stay valid until the copy
-  // ran: copy_from_host snapshots the source first, copy_to_host waits.
+  // ran: copy_from_host snapshots the source first (or holds `keep`, which
+  // owns it), copy_to_host waits.
   void copy_from_host(void* dst, const void* src, size_t bytes);
+  void copy_from_host(void* dst, std::shared_ptr<const void> keep, const void* src, size_t bytes);
   void copy_to_host(void* dst, const void* src, size_t bytes);
   void copy_on_device(void* dst, const void* src, size_t bytes);
 
+  // Waits for every launch submitted so far, then raises the first error
+  // recorded since the last delivery (LaunchError).
   void synchronize() { queue_.synchronize(); }
+  // Whether every launch submitted so far has run.
+  bool idle() const { return queue_.idle(); }
+  uint64_t submitted() const { return queue_.submitted(); }
   // Enqueue a marker for `event` (re-recording replaces the previous marker).
   void record(Event& event);
   bool launch_blocking() const { return launch_blocking_; }
+  // Runs `wait` (which blocks the calling thread on something the device's
+  // work may need to finish) the way the runtime's own waits run: through
+  // the HostWait the device was given.
+  void wait_host(const std::function<void()>& wait) const {
+    if (host_wait_) host_wait_(wait);
+    else wait();
+  }
 
  private:
   const int index_;
   const bool launch_blocking_;
+  const HostWait host_wait_;
   MemoryPool pool_;
   LaunchQueue queue_;
 };
@@ -259,16 +289,19 @@ void copy_between_devices(Device& dst_dev, void* dst, Device& src_dev, const voi
 // ---------------------------------------------------------------- runtime
 
 struct RuntimeOptions {
-  int device_count = 2;
+  int device_count = 2;  // 1..kMaxDevices
   size_t capacity_bytes = size_t(1) << 30;
   bool launch_blocking = false;
+  HostWait host_wait;
 };
 
 // Process-wide set of devices. Created once; deliberately never destroyed, so
 // tensors freed during interpreter shutdown still find their pool.
 class Runtime {
  public:
-  static Runtime& init(const RuntimeOptions& options);  // idempotent: first call wins
+  // Idempotent: first call wins. Throws std::invalid_argument for a device
+  // count outside 1..kMaxDevices.
+  static Runtime& init(const RuntimeOptions& options);
   static Runtime& get();                                // throws if init() was not called
   static bool initialized();
 

@@ -8,9 +8,7 @@
 
 #include <cstdint>
 #include <memory>
-#include <mutex>
-#include <string>
-#include <unordered_map>
+#include <string_view>
 #include <vector>
 
 #include "kiln/inline_vector.h"
@@ -49,9 +47,8 @@ struct View {
 
 // One recorded op.
 struct TraceOp {
-  // "aten::add.Tensor", for logs and errors. Not owned: a string literal or an
-  // op info's name (op infos live as long as the process), so that recording an
-  // op does not copy it.
+  // "aten::add.Tensor", for logs, errors and metrics: a string literal or an
+  // interned name (intern_op_name), so that recording an op does not copy it.
   const char* name = "";
   InlineVector<int64_t, kInlineRank> sizes;  // iteration space (rank >= 1)
   uint64_t reduced = 0;                      // bit d: dim d is reduced
@@ -85,33 +82,9 @@ struct Trace {
   bool empty() const { return ops.empty(); }
 };
 
-// The recording side of one device: the current trace and its buffers.
-// Thread-safe (autograd records from its own thread); callers hold lock()
-// across a lookup-and-append sequence.
-class Recorder {
- public:
-  std::unique_lock<std::recursive_mutex> lock() { return std::unique_lock<std::recursive_mutex>(mu_); }
-  std::unique_lock<std::recursive_mutex> try_lock() { return std::unique_lock<std::recursive_mutex>(mu_, std::try_to_lock); }
-
-  // The trace's id for the allocation at `base` (registered on first use).
-  // `keepalive` is held for buffers that are not fresh.
-  int32_t buffer(void* base, size_t nbytes, bool fresh, const std::shared_ptr<void>& keepalive);
-  // Whether `base` is a buffer of the current trace.
-  bool touches(const void* base) const;
-  void append(TraceOp&& op) { trace_.ops.push_back(std::move(op)); }
-  size_t size() const { return trace_.ops.size(); }
-
-  // Called when a device allocation is freed. A fresh buffer of the trace
-  // becomes dead; returns whether it was one.
-  bool on_free(const void* base);
-
-  // Hands the trace to the flush and starts an empty one.
-  Trace take();
-
- private:
-  mutable std::recursive_mutex mu_;
-  Trace trace_;
-  std::unordered_map<const void*, int32_t> live_;  // base -> buffer id
-};
+// A process-lifetime copy of `name` ("aten::add.Tensor"), the same pointer
+// for equal names: what TraceOp::name points at. Bounded by the distinct op
+// names a process records.
+const char* intern_op_name(std::string_view name);
 
 }  // namespace kiln::trace

@@ -11,6 +11,7 @@
 #include "dispatch/neuron.h"
 #include "dispatch/op_info.h"
 #include "dispatch/tensor_alias.h"
+#include "kiln/recorder.h"
 
 namespace kiln::dispatch {
 namespace {
@@ -20,7 +21,7 @@ namespace {
 // what produces and reads it instead of flushing the trace. Its lowering
 // (copy_in_place, lowering_table.cpp) declines the copies eager refuses; they launch as before.
 bool record_copy(const at::Tensor& src, const at::Tensor& dst) {
-  if (!settings().lazy) return false;  // before the op info lookup: eager mode never needs it
+  if (!trace::lazy_mode()) return false;  // before the op info lookup: eager mode never needs it
   static const OpInfo& info = op_info_for(c10::Dispatcher::singleton().findSchemaOrThrow("aten::copy_", ""));
   const torch::jit::Stack stack{dst, src, false};
   const c10::IValue output(dst);
@@ -45,20 +46,55 @@ void copy_device_to_device(const at::Tensor& src, const at::Tensor& dst) {
           [s = aliases.alias(src), d = aliases.alias(dst), keep = src.storage()]() mutable { d.copy_(s); });
 }
 
-void copy_host_to_device(const at::Tensor& src, const at::Tensor& dst) {
-  // Snapshot the host data now: a blocking copy lets the caller reuse its
-  // tensor at once. The snapshot is already in dst's dtype and shape.
-  at::Tensor staged = at::empty(dst.sizes(), dst.options().device(c10::kCPU));
-  staged.copy_(src);
-  Metrics::global().add(Counter::BytesCopied, "host_to_device", dst.nbytes());
-  enqueue(device(dst.device().index()), "copy host->device",
-          [staged = std::move(staged), d = host_alias(dst)]() mutable { d.copy_(staged); });
+// Whether `t`'s elements are its storage bytes from its offset on, in order.
+bool is_plain(const at::Tensor& t) { return t.is_contiguous() && !t.is_conj() && !t.is_neg(); }
+
+// A contiguous device tensor with `t`'s values (`t` itself when it is one).
+at::Tensor plain_device_copy(const at::Tensor& t) {
+  if (is_plain(t)) return t;
+  at::Tensor out = empty_device(t.sizes(), c10::contiguous_strides(t.sizes()), t.scalar_type(), t.device().index());
+  out.copy_(t);
+  return out;
 }
 
+}  // namespace
+
+void copy_host_to_device(const at::Tensor& src, const at::Tensor& dst) {
+  Metrics::global().add(Counter::BytesCopied, "host_to_device", dst.nbytes());
+  runtime::Device& dev = device(dst.device().index());
+  // The device reads the bytes later: a plain source of dst's dtype is
+  // snapshotted by the device, any other is staged here, in dst's dtype
+  // and shape, which the device keeps until the copy ran (a blocking copy
+  // lets the caller reuse its tensor at once).
+  const bool direct = is_plain(src) && src.scalar_type() == dst.scalar_type() && src.sizes() == dst.sizes();
+  const at::Tensor plain_dst = is_plain(dst) ? dst : at::Tensor();
+  const at::Tensor target = plain_dst.defined() ? plain_dst : empty_device(dst.sizes(), c10::contiguous_strides(dst.sizes()),
+                                                                           dst.scalar_type(), dst.device().index());
+  with_torch_errors([&] {
+    flush_trace(dev, "untraced op");  // what the program issued before this runs before it
+    if (direct) {
+      dev.copy_from_host(target.data_ptr(), src.const_data_ptr(), dst.nbytes());
+    } else {
+      at::Tensor staged = at::empty(dst.sizes(), dst.options().device(c10::kCPU));
+      staged.copy_(src);
+      dev.copy_from_host(target.data_ptr(), std::make_shared<c10::Storage>(staged.storage()), staged.const_data_ptr(),
+                         dst.nbytes());
+    }
+  });
+  if (!plain_dst.defined()) dst.copy_(target);  // into a strided view: on the device
+}
+
+namespace {
+
 void copy_device_to_host(const at::Tensor& src, const at::Tensor& dst) {
-  synchronize(device(src.device().index()), "copy to host");
+  const at::Tensor plain = plain_device_copy(src);
+  runtime::Device& dev = device(src.device().index());
+  synchronize(dev, "copy to host");
   Metrics::global().add(Counter::BytesCopied, "device_to_host", src.nbytes());
-  dst.copy_(host_alias(src));
+  const bool direct = is_plain(dst) && dst.scalar_type() == src.scalar_type();
+  const at::Tensor staged = direct ? dst : at::empty(plain.sizes(), plain.options().device(c10::kCPU));
+  with_torch_errors([&] { dev.copy_to_host(staged.data_ptr(), plain.const_data_ptr(), plain.nbytes()); });
+  if (!direct) dst.copy_(staged);
 }
 
 // Eager's argument checks of copy_, at the call whichever way the copy

@@ -4,26 +4,26 @@
 #include <c10/core/CachingDeviceAllocator.h>
 
 #include <array>
-#include <cstring>
 
 #include "dispatch/lazy.h"
 #include "dispatch/neuron.h"
+#include "kiln/recorder.h"
 
 namespace kiln::dispatch {
 namespace {
 
-constexpr int kMaxDevices = 16;  // KILN_DEVICE_COUNT's upper bound
-
-// One deleter per device index, so a DataPtr needs no heap context.
+// One deleter per device index, so a DataPtr needs no heap context. The
+// recorder sees the free first: a pending output freed before the flush is
+// never written.
 template <int D>
 void delete_on_device(void* ptr) {
-  free_device_memory(D, ptr);
+  trace::recorder(D).free(ptr);
 }
 template <int... Ds>
 constexpr std::array<c10::DeleterFnPtr, sizeof...(Ds)> make_deleters(std::integer_sequence<int, Ds...>) {
   return {&delete_on_device<Ds>...};
 }
-constexpr auto kDeleters = make_deleters(std::make_integer_sequence<int, kMaxDevices>{});
+constexpr auto kDeleters = make_deleters(std::make_integer_sequence<int, runtime::kMaxDevices>{});
 
 using c10::CachingDeviceAllocator::DeviceStats;
 using c10::CachingDeviceAllocator::Stat;
@@ -51,8 +51,15 @@ class NeuronDeviceAllocator final : public c10::DeviceAllocator {
   c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
 
   void copy_data(void* dest, const void* src, std::size_t count) const override {
-    // Storage-level copies (e.g. resize) happen with the queue synchronized.
-    std::memcpy(dest, src, count);
+    // A storage copy (StorageImpl clone): ordered on the destination's queue.
+    for (c10::DeviceIndex i = 0; i < device_count(); ++i) {
+      runtime::Device& dev = device(i);
+      if (dev.memory().owns(dest)) {
+        with_torch_errors([&] { dev.copy_on_device(dest, src, count); });
+        return;
+      }
+    }
+    TORCH_CHECK(false, "kiln: copy_data into ", dest, ", which is not memory of a ", settings().device_name, " device");
   }
 
   bool initialized() override { return is_initialized(); }

@@ -102,7 +102,7 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
   bool queryStream(const c10::Stream& stream) const override {
     runtime::Device& dev = device(stream.device_index());
     flush_trace(dev, "stream query");  // pending ops would otherwise never finish
-    return dev.queue().idle();
+    return dev.idle();
   }
   void synchronizeStream(const c10::Stream& stream) const override {
     synchronize(device(stream.device_index()), "stream synchronize");

@@ -18,7 +18,8 @@ namespace kiln::dispatch {
 void configure_lazy_mode();
 
 // Compiles and launches what the device recorded; a no-op in eager mode or
-// when nothing is pending. `reason` is counted in the metrics.
+// when nothing is pending. `reason` is counted in the metrics. With
+// KILN_LAUNCH_BLOCKING a failed launch raises here, as eager's error.
 void flush_trace(runtime::Device& dev, std::string_view reason);
 
 // Records the call into the device's micro-trace if the op has a lowering
@@ -27,9 +28,5 @@ void flush_trace(runtime::Device& dev, std::string_view reason);
 // allocated for this call. Returns false when the caller must launch it.
 bool try_record(const OpInfo& info, const torch::jit::Stack& stack, size_t first, c10::DeviceIndex index,
                 c10::ArrayRef<c10::IValue> outputs, c10::ArrayRef<bool> fresh);
-
-// The device allocator's free: tells the recorder first (a pending output
-// freed before the flush is never written), then gives the memory back.
-void free_device_memory(int device, void* ptr);
 
 }  // namespace kiln::dispatch

@@ -33,6 +33,7 @@
 #include "dispatch/op_info.h"
 #include "dispatch/shape_inference.h"
 #include "dispatch/tensor_alias.h"
+#include "kiln/recorder.h"
 
 namespace kiln::dispatch {
 namespace {
@@ -228,7 +229,7 @@ void run_on_host(const c10::OperatorHandle& op, const OpInfo& info, torch::jit::
     auto* impl = dev_t.unsafeGetTensorImpl();
     if (!aliases.still_aliases(host_t)) {
       at::Tensor fresh = empty_device(host_t.sizes(), host_t.strides(), host_t.scalar_type(), index);
-      host_alias(fresh).copy_(host_t);
+      copy_host_to_device(host_t, fresh);
       impl->set_storage_keep_dtype(fresh.storage());
     }
     impl->set_sizes_and_strides(host_t.sizes(), host_t.strides(), host_t.storage_offset());
@@ -242,8 +243,7 @@ void run_on_host(const c10::OperatorHandle& op, const OpInfo& info, torch::jit::
       at::Tensor out = r.is_non_overlapping_and_dense()
                            ? empty_device(r.sizes(), r.strides(), r.scalar_type(), index)
                            : empty_device(r.sizes(), c10::contiguous_strides(r.sizes()), r.scalar_type(), index);
-      host_alias(out).copy_(r);
-      Metrics::global().add(Counter::BytesCopied, "host_to_device", r.nbytes());
+      copy_host_to_device(r, out);
       return out;
     });
   }
@@ -284,7 +284,7 @@ void run_async(const c10::OperatorHandle& op, const OpInfo& info, torch::jit::St
   // does, at the op (argument_check.h); later calls of the case can only
   // fail on data. A traceable op's inputs may not be computed yet: its
   // case is checked on zero-filled twins, without a sync.
-  const bool traceable = info.lowering != nullptr && settings().lazy;
+  const bool traceable = info.lowering != nullptr && trace::lazy_mode();
   auto verdict = static_cast<OpInfo::Verdict>(shapes->verdict.load(std::memory_order_relaxed));
   uint64_t signature = 0;
   if (verdict == OpInfo::Verdict::Unknown) {

@@ -254,7 +254,7 @@ void LowerCtx::decline_overlaps() const {
   }
 }
 
-void LowerCtx::commit(trace::Recorder& rec) {
+void LowerCtx::commit(trace::PendingTrace& rec) {
   c10::SmallVector<int32_t, 4> ids(tensors_.size());
   for (size_t k = 0; k < tensors_.size(); ++k) {
     const c10::Storage& s = tensors_[k].storage();

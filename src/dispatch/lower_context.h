@@ -10,7 +10,7 @@
 #include <optional>
 #include <vector>
 
-#include "kiln/trace.h"
+#include "kiln/recorder.h"
 
 namespace kiln::dispatch {
 
@@ -71,8 +71,9 @@ class LowerCtx {
   // after the lowering, on every traced op.
   void decline_overlaps() const;
 
-  // Registers the views' buffers with `rec` and appends the op (rec locked by the caller).
-  void commit(trace::Recorder& rec);
+  // Registers the views' buffers with the pending trace and appends the op
+  // (inside Recorder::record).
+  void commit(trace::PendingTrace& trace);
 
  private:
   trace::View view_of(const at::Tensor& t, bool output);

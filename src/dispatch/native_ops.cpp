@@ -13,8 +13,6 @@
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
-#include <cstring>
-
 #include "dispatch/neuron.h"
 #include "dispatch/tensor_alias.h"
 
@@ -41,7 +39,8 @@ void resize_device_storage(const c10::Storage& storage, size_t nbytes) {
   c10::DeviceGuard guard(impl->device());
   c10::DataPtr fresh = impl->allocator()->allocate(nbytes);
   const size_t keep = std::min(nbytes, impl->nbytes());
-  if (keep > 0) std::memcpy(fresh.get(), impl->data(), keep);
+  // The old block's free queues up behind this copy.
+  if (keep > 0) with_torch_errors([&] { device(index).copy_on_device(fresh.get(), impl->data(), keep); });
   impl->set_data_ptr_noswap(std::move(fresh));
   impl->set_nbytes(nbytes);
 }
@@ -129,7 +128,11 @@ c10::Scalar local_scalar_dense(const at::Tensor& self) {
   runtime::Device& dev = device(self.device().index());
   synchronize(dev, "item");
   Metrics::global().add(Counter::BytesCopied, "device_to_host", self.element_size());
-  return at::native::_local_scalar_dense_cpu(host_alias(self));
+  at::Tensor value = at::empty({}, self.options().device(c10::kCPU));
+  with_torch_errors([&] { dev.copy_to_host(value.data_ptr(), self.const_data_ptr(), self.element_size()); });
+  if (self.is_conj()) value._set_conj(true);
+  if (self.is_neg()) value._set_neg(true);
+  return at::native::_local_scalar_dense_cpu(value);
 }
 
 // Whether `from`'s TensorImpl may take `self`'s place (Module.to swaps

@@ -34,13 +34,19 @@ std::string device_string(c10::DeviceIndex index);  // "neuron:0"
 // c10::Error. Releases the GIL while waiting. `reason` is counted as a sync point.
 void synchronize(runtime::Device& dev, std::string_view reason);
 
-// synchronize() without the flush: what the flush itself calls under
-// KILN_LAUNCH_BLOCKING=1 (a flush that synchronized would flush again).
+// synchronize() without the flush.
 void wait_for_launches(runtime::Device& dev, std::string_view reason);
 
-// Submits `work` to the device's queue as one launch named `name` (counted in
-// the metrics). With KILN_LAUNCH_BLOCKING=1 waits for it and raises its error.
+// Flushes the trace, then launches `work` on the device as one launch named
+// `name`. With KILN_LAUNCH_BLOCKING=1 the device waits for it and its error
+// raises here.
 void enqueue(runtime::Device& dev, std::string_view name, runtime::LaunchQueue::Work work);
+
+// Runs `fn`, which may deliver a device's launch error (a sync point, a
+// blocking launch): the error is counted and logged under `reason`, and
+// raised as the c10 error eager would raise.
+template <class F>
+decltype(auto) delivering_launch_errors(std::string_view reason, F&& fn);
 
 // Converts runtime errors (launch failures, out of memory) thrown by `fn` into
 // the c10 errors PyTorch users expect.
@@ -50,6 +56,11 @@ decltype(auto) with_torch_errors(F&& fn);
 // A device tensor with the given geometry, allocated from the device's pool.
 at::Tensor empty_device(c10::IntArrayRef sizes, c10::IntArrayRef strides, c10::ScalarType dtype,
                         c10::DeviceIndex index);
+
+// Copies CPU tensor `src` into device tensor `dst` (broadcast and dtype
+// conversion as copy_ does) through the device's host-to-device copy, after
+// what the device recorded. The caller may change `src` at once.
+void copy_host_to_device(const at::Tensor& src, const at::Tensor& dst);
 
 // Grows (or shrinks) a device storage to `nbytes`, keeping its contents.
 // Waits for the device first: pending launches may still use the old bytes.
@@ -66,6 +77,7 @@ bool in_bad_fork();
 void log(const char* channel, const std::string& message);
 
 [[noreturn]] void rethrow_as_torch_error(const std::exception& e);
+void count_delivered_error(const runtime::LaunchError& e, std::string_view reason);
 
 template <class F>
 decltype(auto) with_torch_errors(F&& fn) {
@@ -78,6 +90,18 @@ decltype(auto) with_torch_errors(F&& fn) {
   } catch (const runtime::LaunchError& e) {
     rethrow_as_torch_error(e);
   }
+}
+
+template <class F>
+decltype(auto) delivering_launch_errors(std::string_view reason, F&& fn) {
+  return with_torch_errors([&]() -> decltype(auto) {
+    try {
+      return fn();
+    } catch (const runtime::LaunchError& e) {
+      count_delivered_error(e, reason);
+      throw;
+    }
+  });
 }
 
 }  // namespace kiln::dispatch

@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "dispatch/tensor_alias.h"
+#include "kiln/trace.h"
 
 namespace kiln::dispatch {
 namespace {
@@ -113,6 +114,7 @@ std::unique_ptr<OpInfo> make_op_info(const c10::OperatorHandle& op) {
   auto owned = std::make_unique<OpInfo>();
   OpInfo& info = *owned;
   info.name = schema.name() + (schema.overload_name().empty() ? "" : "." + schema.overload_name());
+  info.trace_name = trace::intern_op_name(info.name);
   info.lowering = find_lowering(info.name);
   const auto& args = schema.arguments();
   for (const auto& a : args) {
@@ -153,8 +155,8 @@ std::unique_ptr<OpInfo> make_op_info(const c10::OperatorHandle& op) {
 }
 
 // The infos of every op dispatched so far, shared by all threads. Never freed
-// (nor is this): recorded trace ops point at infos' names until they are
-// flushed, at exit too.
+// (nor is this): a launch still queued, or a call in flight on another
+// thread, may use a deregistered op's info.
 struct InfoRegistry {
   std::shared_mutex mu;
   std::unordered_map<c10::OperatorName, std::unique_ptr<OpInfo>> infos;

@@ -26,6 +26,7 @@ enum class Path { View, Async, Host };
 // What the dispatcher learns once about an operator from its schema.
 struct OpInfo {
   std::string name;                      // "aten::add.Tensor"
+  const char* trace_name = "";           // the same, interned: what its trace ops point at
   Path path = Path::Async;
   bool is_fallback = false;              // no meta kernel: runs on the host
   const char* host_reason = "";          // Path::Host: the sync point's reason

@@ -8,6 +8,7 @@
 #include "dispatch/generator.h"
 #include "dispatch/neuron.h"
 #include "kiln/engine.h"
+#include "kiln/recorder.h"
 
 namespace kiln::dispatch {
 void register_hooks();
@@ -70,7 +71,7 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def("is_in_bad_fork", &in_bad_fork);
   m.def("launch_blocking", [] { return settings().launch_blocking; });
-  m.def("mode", [] { return std::string(settings().lazy ? "lazy" : "eager"); });
+  m.def("mode", [] { return std::string(trace::lazy_mode() ? "lazy" : "eager"); });
   m.def("set_mode", [](const std::string& mode) {
     if (mode != "lazy" && mode != "eager") {
       throw py::value_error("kiln.set_mode: unknown mode '" + mode + "'; accepted: lazy, eager");

@@ -9,6 +9,7 @@
 #include "dispatch/lazy.h"
 #include "dispatch/neuron.h"
 #include "kiln/engine.h"
+#include "kiln/recorder.h"
 
 namespace kiln::dispatch {
 
@@ -20,6 +21,20 @@ std::mutex g_init_mu;
 thread_local c10::DeviceIndex t_current_device = 0;
 
 void mark_bad_fork() { g_bad_fork.store(true); }
+
+// The runtime's waits let go of the GIL: a launch may need it (a
+// Python-registered kernel, or dropping a tensor a Python object owns).
+void wait_without_the_gil(const std::function<void()>& wait) {
+  if (!Py_IsInitialized() || !PyGILState_Check()) {
+    wait();
+    return;
+  }
+  struct Released {
+    PyThreadState* saved = PyEval_SaveThread();
+    ~Released() { PyEval_RestoreThread(saved); }
+  } released;
+  wait();
+}
 }  // namespace
 
 void initialize() {
@@ -30,8 +45,10 @@ void initialize() {
   opts.device_count = g_settings.device_count;
   opts.capacity_bytes = static_cast<size_t>(g_settings.device_memory_mb) << 20;
   opts.launch_blocking = g_settings.launch_blocking;
+  opts.host_wait = &wait_without_the_gil;
   runtime::Runtime::init(opts);
   configure_lazy_mode();  // throws for an unwritable KILN_DUMP_DIR
+  trace::set_lazy_mode(g_settings.lazy);
   if (g_settings.lazy) engine::start_compiler_warm_up();
   pthread_atfork(nullptr, nullptr, &mark_bad_fork);
   g_initialized.store(true);
@@ -46,7 +63,7 @@ const Settings& settings() { return g_settings; }
 
 void set_lazy_mode(bool lazy) {
   for (c10::DeviceIndex i = 0; i < device_count(); ++i) synchronize(device(i), "mode switch");
-  g_settings.lazy = lazy;
+  trace::set_lazy_mode(lazy);
   if (lazy) engine::start_compiler_warm_up();
 }
 
@@ -128,32 +145,20 @@ void synchronize(runtime::Device& dev, std::string_view reason) {
 
 void wait_for_launches(runtime::Device& dev, std::string_view reason) {
   Metrics::global().add(Counter::SyncPoints, reason);
-  auto& queue = dev.queue();
-  if (!queue.idle()) {
-    // A launch may need the GIL (a Python-registered kernel): never wait holding it.
-    PyThreadState* saved = nullptr;
-    if (Py_IsInitialized() && PyGILState_Check()) saved = PyEval_SaveThread();
-    queue.wait_for(queue.submitted());
-    if (saved != nullptr) PyEval_RestoreThread(saved);
-  }
-  with_torch_errors([&] {
-    try {
-      queue.raise_pending_error();
-    } catch (const runtime::LaunchError& e) {
-      Metrics::global().add(Counter::Errors, e.launch_name);
-      log("runtime", std::string("delivering launch error at ") + std::string(reason) + ": " + e.what());
-      throw;
-    }
-  });
+  delivering_launch_errors(reason, [&] { dev.synchronize(); });
 }
 
 void enqueue(runtime::Device& dev, std::string_view name, runtime::LaunchQueue::Work work) {
   flush_trace(dev, "untraced op");  // what the program issued before this runs before it
-  Metrics::global().add(Counter::Launches, name);
   // What the work throws reaches the next sync point as a LaunchError
-  // carrying it (rethrow_launch_error gives it back its type).
-  dev.queue().submit(std::string(name), std::move(work));
-  if (dev.launch_blocking()) synchronize(dev, "launch blocking");
+  // carrying it (rethrow_launch_error gives it back its type); with
+  // KILN_LAUNCH_BLOCKING the device raises it here.
+  delivering_launch_errors("launch blocking", [&] { dev.launch(std::string(name), std::move(work)); });
+}
+
+void count_delivered_error(const runtime::LaunchError& e, std::string_view reason) {
+  Metrics::global().add(Counter::Errors, e.launch_name);
+  log("runtime", std::string("delivering launch error at ") + std::string(reason) + ": " + e.what());
 }
 
 void log(const char* channel, const std::string& message) {

@@ -17,6 +17,7 @@ class CompiledExecutable final : public runtime::Executable {
       : name_(std::move(name)), code_(std::move(code)), rank_(rank), reduce_rank_(reduce_rank), pool_(pool) {}
 
   const std::string& name() const override { return name_; }
+  const char* kind() const override { return "fused kernel"; }
   void run(const runtime::LaunchArgs& args) override;
 
  private:

@@ -129,7 +129,7 @@ static void count_traced_ops(const trace::Trace& trace, Metrics& metrics) {
   for (const auto& [name, n] : tally) metrics.add(Counter::TracedOps, name, n);
 }
 
-void flush(runtime::Device& dev, trace::Trace trace, std::string_view reason) {
+void flush(runtime::Device& dev, const trace::Trace& trace, std::string_view reason) {
   if (trace.empty()) return;
   Metrics& metrics = Metrics::global();
   metrics.add(Counter::TraceFlushes, reason);
@@ -187,16 +187,10 @@ void flush(runtime::Device& dev, trace::Trace trace, std::string_view reason) {
       k.entry = executable_cache().get_or_build(key, [&] { return build(pk, k.name); }, &hit);
       metrics.add(Counter::ExecutableCache, hit ? "hit" : "miss");
     }
-    metrics.add(Counter::Launches, "fused kernel");
     metrics.add(Counter::ExecutableLaunches, pk.kernel.reduce_rank ? "row" : "pointwise");
-    // Submitted without waiting even with KILN_LAUNCH_BLOCKING: the caller
-    // holds the device's recorder and waits once it has let go of it.
-    const PreparedPlan::Kernel& k = prepared.kernels[i];
-    dev.queue().submit(k.name, [exe = k.entry->executable, args = std::move(args)] { exe->run(args); });
+    dev.launch(prepared.kernels[i].entry->executable, std::move(args));
   }
   if (fresh) plan_cache().insert(plan_key, std::move(fresh));  // only once every kernel compiled
-  // `trace` goes out of scope here: its keepalives let go of buffers whose
-  // owners are gone, and their frees queue up behind the launches above.
 }
 
 }  // namespace kiln::engine

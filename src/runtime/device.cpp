@@ -2,12 +2,14 @@
 #include <cstring>
 #include <sstream>
 
+#include "kiln/metrics.h"
 #include "kiln/runtime.h"
 
 namespace kiln::runtime {
 
-Device::Device(int index, size_t capacity_bytes, bool launch_blocking)
-    : index_(index), launch_blocking_(launch_blocking), pool_(index, capacity_bytes), queue_(index) {}
+Device::Device(int index, size_t capacity_bytes, bool launch_blocking, HostWait host_wait)
+    : index_(index), launch_blocking_(launch_blocking), host_wait_(host_wait), pool_(index, capacity_bytes),
+      queue_(index, std::move(host_wait)) {}
 
 void* Device::allocate(size_t bytes) {
   try {
@@ -30,14 +32,18 @@ void Device::free(void* ptr) {
 }
 
 uint64_t Device::launch(std::string name, LaunchQueue::Work work) {
+  Metrics::global().add(Counter::Launches, name);
   uint64_t seq = queue_.submit(std::move(name), std::move(work));
   if (launch_blocking_) queue_.synchronize();
   return seq;
 }
 
 uint64_t Device::launch(std::shared_ptr<Executable> exe, LaunchArgs args) {
+  Metrics::global().add(Counter::Launches, exe->kind());
   std::string name = exe->name();
-  return launch(std::move(name), [exe = std::move(exe), args = std::move(args)] { exe->run(args); });
+  uint64_t seq = queue_.submit(std::move(name), [exe = std::move(exe), args = std::move(args)] { exe->run(args); });
+  if (launch_blocking_) queue_.synchronize();
+  return seq;
 }
 
 void Device::copy_from_host(void* dst, const void* src, size_t bytes) {
@@ -47,6 +53,11 @@ void Device::copy_from_host(void* dst, const void* src, size_t bytes) {
   auto staging = std::shared_ptr<unsigned char[]>(new unsigned char[bytes]);
   std::memcpy(staging.get(), src, bytes);
   launch("copy host->device", [dst, staging, bytes] { std::memcpy(dst, staging.get(), bytes); });
+}
+
+void Device::copy_from_host(void* dst, std::shared_ptr<const void> keep, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  launch("copy host->device", [dst, keep = std::move(keep), src, bytes] { std::memcpy(dst, src, bytes); });
 }
 
 void Device::copy_to_host(void* dst, const void* src, size_t bytes) {
@@ -99,7 +110,7 @@ void copy_between_devices(Device& dst_dev, void* dst, Device& src_dev, const voi
 
 Runtime::Runtime(const RuntimeOptions& options) : options_(options) {
   for (int i = 0; i < options.device_count; ++i) {
-    devices_.push_back(std::make_unique<Device>(i, options.capacity_bytes, options.launch_blocking));
+    devices_.push_back(std::make_unique<Device>(i, options.capacity_bytes, options.launch_blocking, options.host_wait));
   }
 }
 
@@ -112,6 +123,10 @@ Runtime& Runtime::init(const RuntimeOptions& options) {
   std::lock_guard<std::mutex> lock(g_init_mu);
   Runtime* rt = g_runtime.load();
   if (rt == nullptr) {
+    if (options.device_count < 1 || options.device_count > kMaxDevices) {
+      throw std::invalid_argument("kiln runtime: " + std::to_string(options.device_count) +
+                                  " devices requested; 1.." + std::to_string(kMaxDevices) + " are supported");
+    }
     rt = new Runtime(options);  // leaked on purpose: see the header
     g_runtime.store(rt);
   }

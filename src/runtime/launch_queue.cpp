@@ -10,7 +10,8 @@ LaunchError::LaunchError(int device, std::string launch_name, std::string messag
                          " failed: " + message),
       device(device), launch_name(std::move(launch_name)), message(std::move(message)) {}
 
-LaunchQueue::LaunchQueue(int device) : device_(device), worker_([this] { worker_loop(); }) {}
+LaunchQueue::LaunchQueue(int device, HostWait host_wait)
+    : device_(device), host_wait_(std::move(host_wait)), worker_([this] { worker_loop(); }) {}
 
 LaunchQueue::~LaunchQueue() {
   {
@@ -71,8 +72,12 @@ void LaunchQueue::worker_loop() {
 
 void LaunchQueue::wait_for(uint64_t seq) {
   if (completed() >= seq) return;
-  std::unique_lock<std::mutex> lock(mu_);
-  done_cv_.wait(lock, [&] { return completed() >= seq; });
+  auto wait = [&] {
+    std::unique_lock<std::mutex> lock(mu_);
+    done_cv_.wait(lock, [&] { return completed() >= seq; });
+  };
+  if (host_wait_) host_wait_(wait);
+  else wait();
 }
 
 void LaunchQueue::raise_pending_error() {

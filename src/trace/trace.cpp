@@ -1,7 +1,18 @@
-// TraceOp builders and the per-device recorder (see include/kiln/trace.h).
+// TraceOp builders and op-name interning (see include/kiln/trace.h).
 #include "kiln/trace.h"
 
+#include <mutex>
+#include <string>
+#include <unordered_set>
+
 namespace kiln::trace {
+
+const char* intern_op_name(std::string_view name) {
+  static std::mutex mu;
+  static auto* names = new std::unordered_set<std::string>();  // never freed: traces point into it
+  std::lock_guard<std::mutex> lock(mu);
+  return names->emplace(name).first->c_str();
+}
 
 int32_t TraceOp::add_node(ir::Op op, ir::DType t, int32_t a, int32_t b, int32_t c, int32_t arg, double imm) {
   ir::Node n;
@@ -49,48 +60,6 @@ int32_t TraceOp::reduce(ir::ReduceKind kind, ir::DType t, int32_t value) {
 void TraceOp::store(View v, int32_t value) {
   const int32_t stored = cast(value, v.dtype);
   stores.push_back({std::move(v), stored});
-}
-
-int32_t Recorder::buffer(void* base, size_t nbytes, bool fresh, const std::shared_ptr<void>& keepalive) {
-  auto it = live_.find(base);
-  if (it != live_.end()) {
-    Buffer& b = trace_.buffers[it->second];
-    if (nbytes > b.nbytes) b.nbytes = nbytes;
-    if (!b.fresh && !b.keepalive) b.keepalive = keepalive;
-    return it->second;
-  }
-  Buffer b;
-  b.base = base;
-  b.nbytes = nbytes;
-  b.fresh = fresh;
-  if (!fresh) b.keepalive = keepalive;
-  trace_.buffers.push_back(std::move(b));
-  const auto id = static_cast<int32_t>(trace_.buffers.size()) - 1;
-  live_.emplace(base, id);
-  return id;
-}
-
-bool Recorder::touches(const void* base) const { return live_.count(base) != 0; }
-
-bool Recorder::on_free(const void* base) {
-  auto it = live_.find(base);
-  if (it == live_.end()) return false;
-  Buffer& b = trace_.buffers[it->second];
-  live_.erase(it);  // the pool may hand the same address out again
-  if (!b.fresh) return false;
-  b.dead = true;
-  return true;
-}
-
-Trace Recorder::take() {
-  Trace t = std::move(trace_);
-  trace_ = Trace{};
-  // The next trace is likely as long: room for its ops up front, so that
-  // recording does not move every op again each time the list doubles
-  // (a TraceOp keeps its lists inline and is large to move).
-  trace_.ops.reserve(t.ops.size());
-  live_.clear();
-  return t;
 }
 
 }  // namespace kiln::trace

@@ -61,7 +61,7 @@ TEST(Device, BasicProperties) {
   EXPECT_EQ(dev.index(), 7);
   EXPECT_FALSE(dev.launch_blocking());
   EXPECT_EQ(dev.memory().capacity(), kCap);
-  EXPECT_TRUE(dev.queue().idle());
+  EXPECT_TRUE(dev.idle());
 }
 
 TEST(Device, CopyFromHostThenToHostRoundTrips) {
@@ -86,7 +86,7 @@ TEST(Device, CopyFromHostSnapshotsTheSource) {
   dev.launch("hold", gate.blocker());
   auto host = iota_vec(n);
   dev.copy_from_host(d, host.data(), n * sizeof(int));
-  EXPECT_FALSE(dev.queue().idle());
+  EXPECT_FALSE(dev.idle());
   std::fill(host.begin(), host.end(), -7);  // caller reuses its buffer at once
   gate.open();
   dev.synchronize();
@@ -114,7 +114,7 @@ TEST(Device, CopyToHostWaitsForPendingLaunches) {
   dev.copy_to_host(out, d, sizeof out);
   opener.join();
   for (int i = 0; i < 4; ++i) EXPECT_EQ(out[i], 10 + i);
-  EXPECT_TRUE(dev.queue().idle());
+  EXPECT_TRUE(dev.idle());
   dev.free(d);
 }
 
@@ -153,7 +153,7 @@ TEST(Device, ZeroByteCopiesAreNoOps) {
   dev.copy_from_host(nullptr, nullptr, 0);
   dev.copy_on_device(nullptr, nullptr, 0);
   dev.copy_to_host(nullptr, nullptr, 0);
-  EXPECT_EQ(dev.queue().submitted(), 0u);
+  EXPECT_EQ(dev.submitted(), 0u);
 }
 
 TEST(Device, FreeIsDeferredUntilPendingLaunchesRan) {
@@ -184,7 +184,7 @@ TEST(Device, FreeIsImmediateWhenIdle) {
   void* d = dev.allocate(4096);
   dev.free(d);
   EXPECT_EQ(dev.memory().stats().allocated_bytes, 0);
-  EXPECT_EQ(dev.queue().submitted(), 0u);
+  EXPECT_EQ(dev.submitted(), 0u);
   dev.free(nullptr);
   EXPECT_EQ(dev.memory().stats().free_count, 1);
 }
@@ -223,7 +223,7 @@ TEST(Device, LaunchBlockingRaisesAtTheLaunch) {
   std::atomic<bool> ran{false};
   dev.launch("ok", [&] { ran.store(true); });
   EXPECT_TRUE(ran.load());
-  EXPECT_TRUE(dev.queue().idle());
+  EXPECT_TRUE(dev.idle());
   EXPECT_NO_THROW(dev.synchronize());
 }
 
@@ -365,6 +365,7 @@ TEST(Device, CopyBetweenDevices) {
 class ScaleExecutable : public Executable {
  public:
   const std::string& name() const override { return name_; }
+  const char* kind() const override { return "scale"; }
   // out[i] = in[i] * scalars[0] + ints[1], for i < ints[0]
   void run(const LaunchArgs& args) override {
     if (args.buffers.size() != 2 || args.ints.size() != 2 || args.scalars.size() != 1) {

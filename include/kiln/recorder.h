@@ -1,0 +1,121 @@
+// The recording side of a device: the trace pending since its last flush,
+// which buffers it touches, and the frees that race it.
+//
+// Thread-safe: autograd records from its own thread, and a queue worker
+// frees a library kernel's arguments while the program records. The lock is
+// a plain mutex, and nothing runs under it that frees device memory on the
+// same thread: a flush hands the trace it took to its caller's `launch` with
+// the lock held (launches are submitted in program order) and destroys it,
+// with the buffers it kept alive, only after letting go.
+// No torch: the dispatch layer lowers ATen calls into TraceOps.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "kiln/runtime.h"
+#include "kiln/trace.h"
+
+namespace kiln::trace {
+
+// Whether traceable ops are recorded (KILN_MODE=lazy) or launched one by one.
+// Set at start-up and by a mode switch, read by every thread that dispatches.
+bool lazy_mode();
+void set_lazy_mode(bool lazy);
+
+// The trace a recorder has pending, as a lowering appends to it (only
+// inside Recorder::record, which holds the lock).
+class PendingTrace {
+ public:
+  // The trace's id for the allocation at `base` (registered on first use).
+  // `keepalive` is held for buffers that are not fresh.
+  int32_t buffer(void* base, size_t nbytes, bool fresh, const std::shared_ptr<void>& keepalive);
+  // Whether `base` is a buffer of the pending trace.
+  bool touches(const void* base) const { return live_.count(base) != 0; }
+  void append(TraceOp&& op) { trace_.ops.push_back(std::move(op)); }
+  size_t size() const { return trace_.ops.size(); }
+
+ private:
+  friend class Recorder;
+  // A fresh buffer of the trace becomes dead; the address may be handed out again.
+  void on_free(const void* base);
+  Trace take();
+
+  Trace trace_;
+  std::unordered_map<const void*, int32_t> live_;  // base -> buffer id
+};
+
+class Recorder {
+ public:
+  explicit Recorder(runtime::Device& device) : device_(device) {}
+  Recorder(const Recorder&) = delete;
+  Recorder& operator=(const Recorder&) = delete;
+
+  runtime::Device& device() { return device_; }
+
+  // Runs `append(PendingTrace&)` with the recorder held; returns how many
+  // ops are pending after it. `append` must not free device memory.
+  template <class Append>
+  size_t record(Append&& append) {
+    auto lock = hold();
+    drain_deferred_frees();
+    append(pending_);
+    return pending_.size();
+  }
+
+  // Takes the pending trace (none pending: returns) and passes it to
+  // `launch(const Trace&)` with the recorder held. The trace is destroyed
+  // after the lock is released, also when `launch` throws: its keepalives
+  // may run storage deleters that free into this recorder.
+  template <class Launch>
+  void flush(Launch&& launch) {
+    Trace taken;  // outlives the lock
+    auto lock = hold();
+    drain_deferred_frees();
+    if (pending_.size() == 0) return;
+    taken = pending_.take();
+    launch(static_cast<const Trace&>(taken));
+  }
+
+  // The device allocator's free: a fresh buffer of the pending trace freed
+  // before the flush becomes dead (its stores are dropped), then the memory
+  // goes back to the device. When another thread holds the recorder the
+  // free waits in a list, and the memory stays allocated until the
+  // recorder has seen it: the pool must not hand the address to a new
+  // output of the trace first.
+  void free(void* ptr);
+
+  // Ops pending (and, as every taking of the lock, drains deferred frees).
+  size_t pending();
+
+ private:
+  // Takes the lock; while another thread holds it, waits the way the
+  // device's waits do (the Python layer lets go of the GIL: the holder may
+  // be waiting for the device, or for the GIL itself, under the lock).
+  std::unique_lock<std::mutex> hold() {
+    std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+    if (!lock.owns_lock()) device_.wait_host([&] { lock.lock(); });
+    return lock;
+  }
+  // With mu_ held: tells the pending trace about deferred frees, then gives their memory back.
+  void drain_deferred_frees();
+
+  runtime::Device& device_;
+  std::mutex mu_;
+  PendingTrace pending_;
+  std::mutex deferred_mu_;
+  std::vector<void*> deferred_;
+  // Whether `deferred_` may be non-empty: read on every record and free, so
+  // that the common case takes no second lock.
+  std::atomic<bool> has_deferred_{false};
+};
+
+// The recorder of the runtime's device `index` (0 <= index < kMaxDevices),
+// made on first use; never destroyed (frees arrive during shutdown).
+Recorder& recorder(int index);
+
+}  // namespace kiln::trace

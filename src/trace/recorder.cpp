@@ -1,0 +1,103 @@
+// Per-device recorders and the recording mode (see include/kiln/recorder.h).
+#include "kiln/recorder.h"
+
+#include <array>
+
+namespace kiln::trace {
+namespace {
+std::atomic<bool> g_lazy{true};
+}  // namespace
+
+bool lazy_mode() { return g_lazy.load(std::memory_order_relaxed); }
+void set_lazy_mode(bool lazy) { g_lazy.store(lazy, std::memory_order_relaxed); }
+
+int32_t PendingTrace::buffer(void* base, size_t nbytes, bool fresh, const std::shared_ptr<void>& keepalive) {
+  auto it = live_.find(base);
+  if (it != live_.end()) {
+    Buffer& b = trace_.buffers[it->second];
+    if (nbytes > b.nbytes) b.nbytes = nbytes;
+    if (!b.fresh && !b.keepalive) b.keepalive = keepalive;
+    return it->second;
+  }
+  Buffer b;
+  b.base = base;
+  b.nbytes = nbytes;
+  b.fresh = fresh;
+  if (!fresh) b.keepalive = keepalive;
+  trace_.buffers.push_back(std::move(b));
+  const auto id = static_cast<int32_t>(trace_.buffers.size()) - 1;
+  live_.emplace(base, id);
+  return id;
+}
+
+void PendingTrace::on_free(const void* base) {
+  auto it = live_.find(base);
+  if (it == live_.end()) return;
+  Buffer& b = trace_.buffers[it->second];
+  live_.erase(it);  // the pool may hand the same address out again
+  if (b.fresh) b.dead = true;
+}
+
+Trace PendingTrace::take() {
+  Trace t = std::move(trace_);
+  trace_ = Trace{};
+  // The next trace is likely as long: room for its ops up front, so that
+  // recording does not move every op again each time the list doubles
+  // (a TraceOp keeps its lists inline and is large to move).
+  trace_.ops.reserve(t.ops.size());
+  live_.clear();
+  return t;
+}
+
+void Recorder::drain_deferred_frees() {
+  if (!has_deferred_.load(std::memory_order_acquire)) return;
+  std::vector<void*> ptrs;
+  {
+    std::lock_guard<std::mutex> g(deferred_mu_);
+    ptrs.swap(deferred_);
+    has_deferred_.store(false, std::memory_order_relaxed);
+  }
+  for (void* p : ptrs) {
+    pending_.on_free(p);
+    device_.free(p);
+  }
+}
+
+void Recorder::free(void* ptr) {
+  // Eager mode records nothing (a mode switch flushes first), but frees
+  // deferred during that flush still wait in the list.
+  if (lazy_mode() || has_deferred_.load(std::memory_order_acquire)) {
+    std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+    if (!lock.owns_lock()) {
+      std::lock_guard<std::mutex> g(deferred_mu_);
+      deferred_.push_back(ptr);
+      has_deferred_.store(true, std::memory_order_release);
+      return;
+    }
+    drain_deferred_frees();
+    pending_.on_free(ptr);
+  }
+  device_.free(ptr);
+}
+
+size_t Recorder::pending() {
+  auto lock = hold();
+  drain_deferred_frees();
+  return pending_.size();
+}
+
+Recorder& recorder(int index) {
+  static std::array<std::atomic<Recorder*>, runtime::kMaxDevices> recorders{};
+  static std::mutex mu;
+  std::atomic<Recorder*>& slot = recorders.at(static_cast<size_t>(index));
+  if (Recorder* r = slot.load(std::memory_order_acquire)) return *r;
+  std::lock_guard<std::mutex> lock(mu);
+  Recorder* r = slot.load(std::memory_order_relaxed);
+  if (r == nullptr) {
+    r = new Recorder(runtime::Runtime::get().device(index));  // never destroyed: see the header
+    slot.store(r, std::memory_order_release);
+  }
+  return *r;
+}
+
+}  // namespace kiln::trace

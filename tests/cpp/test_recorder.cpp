@@ -1,0 +1,212 @@
+// The recorder, the flush and the runtime together, without torch: what
+// the dispatch layer does for every traced op, and the frees that race it.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <thread>
+#include <vector>
+
+#include "kiln/engine.h"
+#include "kiln/metrics.h"
+#include "kiln/recorder.h"
+
+using namespace kiln;
+using ir::DType;
+using ir::Op;
+
+namespace {
+
+constexpr size_t kCap = 1 << 24;
+
+trace::View contiguous(int32_t buffer) {
+  trace::View v;
+  v.buffer = buffer;
+  v.dtype = DType::Float32;
+  v.strides = {1};
+  return v;
+}
+
+// Records y = x * s + 1 over n floats; y is fresh (allocated for the trace).
+void record_axpb(trace::PendingTrace& t, void* x, void* y, int64_t n, double s) {
+  const int32_t bx = t.buffer(x, size_t(n) * 4, false, std::make_shared<int>(0));
+  const int32_t by = t.buffer(y, size_t(n) * 4, true, nullptr);
+  trace::TraceOp op;
+  op.name = "test::axpb";
+  op.sizes = {n};
+  int32_t v = op.add_node(Op::Mul, DType::Float32, op.load(contiguous(bx)), op.cast(op.scalar_float(s), DType::Float32));
+  op.store(contiguous(by), op.add_node(Op::Add, DType::Float32, v, op.constant(DType::Float32, 1)));
+  t.append(std::move(op));
+}
+
+void flush(trace::Recorder& rec, runtime::Device& dev) {
+  rec.flush([&](const trace::Trace& t) { engine::flush(dev, t, "test"); });
+}
+
+// Runs `fn` on another thread and says whether it returned within a second
+// (a free that blocked on the recorder's lock would not).
+bool returns_promptly(std::function<void()> fn) {
+  auto done = std::async(std::launch::async, std::move(fn));
+  return done.wait_for(std::chrono::seconds(1)) == std::future_status::ready;
+}
+
+}  // namespace
+
+TEST(Recorder, RecordsFlushesAndRunsOnTheDevice) {
+  runtime::Device dev(0, kCap, false);
+  trace::Recorder rec(dev);
+  const int64_t n = 1000;
+  auto* x = static_cast<float*>(dev.allocate(n * 4));
+  auto* y = static_cast<float*>(dev.allocate(n * 4));
+  for (int64_t i = 0; i < n; ++i) x[i] = float(i);
+  EXPECT_EQ(rec.record([&](trace::PendingTrace& t) { record_axpb(t, x, y, n, 3.0); }), 1u);
+  EXPECT_EQ(rec.pending(), 1u);
+  flush(rec, dev);
+  EXPECT_EQ(rec.pending(), 0u);
+  dev.synchronize();
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(y[i], float(i) * 3.f + 1.f);
+  flush(rec, dev);  // nothing pending: no launch
+  EXPECT_TRUE(dev.idle());
+  rec.free(x);
+  rec.free(y);
+  dev.synchronize();
+  EXPECT_EQ(dev.memory().stats().allocated_bytes, 0);
+}
+
+TEST(Recorder, AFreshOutputFreedBeforeTheFlushIsNeverWritten) {
+  runtime::Device dev(0, kCap, false);
+  trace::Recorder rec(dev);
+  auto* x = static_cast<float*>(dev.allocate(64 * 4));
+  void* y = dev.allocate(64 * 4);
+  rec.record([&](trace::PendingTrace& t) { record_axpb(t, x, y, 64, 2.0); });
+  Metrics::global().reset();
+  rec.free(y);  // its owner let go: the store is dead
+  flush(rec, dev);
+  dev.synchronize();
+  EXPECT_EQ(Metrics::global().get(Counter::BytesNotWritten, "dead intermediates"), 64 * 4);
+  EXPECT_EQ(Metrics::global().get(Counter::ExecutableLaunches, "pointwise"), 0);
+  rec.free(x);
+  dev.synchronize();
+  EXPECT_EQ(dev.memory().stats().allocated_bytes, 0);
+}
+
+// A free from another thread while the recorder is held (a queue worker
+// dropping a library kernel's arguments during a flush) waits in a list, and
+// its memory stays allocated until the recorder has seen it.
+TEST(Recorder, AFreeDuringAFlushIsDeferredNotLost) {
+  runtime::Device dev(0, kCap, false);
+  trace::Recorder rec(dev);
+  auto* x = static_cast<float*>(dev.allocate(64 * 4));
+  void* y = dev.allocate(64 * 4);
+  void* other = dev.allocate(64 * 4);
+  rec.record([&](trace::PendingTrace& t) { record_axpb(t, x, y, 64, 2.0); });
+  const int64_t live_before = dev.memory().stats().live_allocations;
+  bool prompt = false;
+  rec.flush([&](const trace::Trace& t) {
+    prompt = returns_promptly([&] { rec.free(other); });
+    engine::flush(dev, t, "test");
+  });
+  EXPECT_TRUE(prompt) << "a free blocked on the recorder held by a flush";
+  dev.synchronize();
+  EXPECT_EQ(dev.memory().stats().live_allocations, live_before) << "freed before the recorder saw it";
+  EXPECT_EQ(rec.pending(), 0u);  // taking the lock drains the list
+  dev.synchronize();
+  EXPECT_EQ(dev.memory().stats().live_allocations, live_before - 1);
+  rec.free(x);
+  rec.free(y);
+  dev.synchronize();
+  EXPECT_EQ(dev.memory().stats().allocated_bytes, 0);
+}
+
+// A deferred free of a pending output still makes it dead at the flush.
+TEST(Recorder, ADeferredFreeOfAPendingOutputMakesItDead) {
+  runtime::Device dev(0, kCap, false);
+  trace::Recorder rec(dev);
+  auto* x = static_cast<float*>(dev.allocate(64 * 4));
+  void* y = dev.allocate(64 * 4);
+  bool prompt = false;
+  rec.record([&](trace::PendingTrace& t) {
+    record_axpb(t, x, y, 64, 2.0);
+    prompt = returns_promptly([&] { rec.free(y); });
+  });
+  EXPECT_TRUE(prompt);
+  Metrics::global().reset();
+  flush(rec, dev);
+  dev.synchronize();
+  EXPECT_EQ(Metrics::global().get(Counter::BytesNotWritten, "dead intermediates"), 64 * 4);
+  rec.free(x);
+  dev.synchronize();
+  EXPECT_EQ(dev.memory().stats().allocated_bytes, 0);
+}
+
+// The flush destroys the trace after letting go of the lock: a keepalive
+// whose destructor frees into the recorder (a storage deleter) frees at once.
+TEST(Recorder, TheTraceIsDestroyedAfterTheLockIsReleased) {
+  runtime::Device dev(0, kCap, false);
+  trace::Recorder rec(dev);
+  auto* x = static_cast<float*>(dev.allocate(64 * 4));
+  void* y = dev.allocate(64 * 4);
+  void* held = dev.allocate(64 * 4);
+  rec.record([&](trace::PendingTrace& t) {
+    record_axpb(t, x, y, 64, 2.0);
+    // The only owner of `held` is the trace, as for a tensor dropped after recording.
+    t.buffer(held, 64 * 4, false, std::shared_ptr<void>(held, [&rec](void* p) { rec.free(p); }));
+  });
+  const int64_t live_before = dev.memory().stats().live_allocations;
+  flush(rec, dev);
+  dev.synchronize();
+  EXPECT_EQ(dev.memory().stats().live_allocations, live_before - 1) << "the keepalive's free was deferred";
+  rec.free(x);
+  rec.free(y);
+  dev.synchronize();
+  EXPECT_EQ(dev.memory().stats().allocated_bytes, 0);
+}
+
+// Recording and flushing on one thread while another frees the outputs as
+// soon as they are recorded, as autograd and a queue worker do: every free
+// lands, once, and every output that lived to its flush is computed.
+TEST(Recorder, FreesRacingFlushesAllLand) {
+  runtime::Device dev(0, kCap, false);
+  trace::Recorder rec(dev);
+  const int64_t n = 256;
+  auto* x = static_cast<float*>(dev.allocate(n * 4));
+  for (int64_t i = 0; i < n; ++i) x[i] = float(i);
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<void*> to_free;
+  bool done = false;
+  std::thread freer([&] {
+    for (;;) {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return done || !to_free.empty(); });
+      if (to_free.empty()) return;
+      void* p = to_free.back();
+      to_free.pop_back();
+      lock.unlock();
+      rec.free(p);
+    }
+  });
+  const int kSteps = 2000;
+  for (int i = 0; i < kSteps; ++i) {
+    void* y = dev.allocate(n * 4);
+    rec.record([&](trace::PendingTrace& t) { record_axpb(t, x, y, n, double(i % 7)); });
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      to_free.push_back(y);
+    }
+    cv.notify_one();
+    if (i % 3 == 0) flush(rec, dev);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    done = true;
+  }
+  cv.notify_one();
+  freer.join();
+  flush(rec, dev);  // drains what is still deferred
+  rec.free(x);
+  dev.synchronize();
+  EXPECT_EQ(dev.memory().stats().allocated_bytes, 0);
+  EXPECT_EQ(dev.memory().stats().free_count, dev.memory().stats().allocation_count);
+}
