@@ -38,11 +38,24 @@ struct CompiledObject {
   double compile_wall_ms = 0;
 };
 
-// The most of kiln's own (inline, FMA-chain) math functions that one value
-// of `kernel` passes through: 3 for sin(x) -> exp -> tanh, 1 for exp(x) +
-// erf(x). Kernels of depth 2 or more are latency-bound and compile
-// differently (lower_to_llvm.cpp's Vectorize, jit.cpp's code generation passes).
-int math_chain_depth(const ir::Kernel& kernel);
+// Facts of a whole kernel that decide how it compiles: computed once per
+// compile (traits_of) and read by the lowering and by the code generator.
+struct KernelTraits {
+  // The most of kiln's own (inline, FMA-chain) float math functions that one
+  // value passes through: 3 for sin(x) -> exp -> tanh, 1 for exp(x) + erf(x);
+  // double math calls libm and counts 0.
+  int math_chain_depth = 0;
+  // Lanes of the vectors kiln asks the loop vectorizer for: 512 bits of the
+  // kernel's widest element type (16 floats, 8 doubles).
+  int vector_width = 16;
+  // Depth 2 or more is latency-bound (docs/codegen.md, "Deep math"): its
+  // element loops keep 8 vectors in flight (0: as LLVM sees fit) ...
+  int element_loop_interleave = 0;
+  // ... and its code generation runs without early machine LICM.
+  bool early_machine_licm = true;
+};
+
+KernelTraits traits_of(const ir::Kernel& kernel);
 
 // Compiles `kernel` into an object defining `symbol`. Throws
 // std::runtime_error naming what LLVM rejected.

@@ -29,6 +29,7 @@
 
 #include "codegen/lower_to_llvm.h"
 #include "codegen/scale_by_power_of_two.h"
+#include "codegen/streaming_stores.h"
 #include "codegen/vector_math_library.h"
 #include "kiln/codegen.h"
 
@@ -56,10 +57,9 @@ void set_bool_option(const char* name, bool value) {
 }
 
 // Compile time is paid at a flush, so the pipeline drops what costs more than
-// it gives kernels (measured on BM_Compile, no slower BM_FusedChainKernel):
-// loop strength reduction took a third of code generation on small kernels
-// (x86 addressing modes do its job), and a vectorized epilogue for the last
-// <16 elements of a run doubled the loop code. This LLVM is kiln's private,
+// it gives kernels: loop strength reduction (x86 addressing modes do its
+// job) and a vectorized epilogue for a run's last <16 elements
+// (docs/codegen.md, "The pass pipeline"). This LLVM is kiln's private,
 // statically linked copy, so its global options are kiln's alone.
 void tune_pipeline_options() {
   set_bool_option("disable-lsr", true);
@@ -101,9 +101,8 @@ llvm::TargetMachine& thread_target_machine() {
 // strides, scalars), canonicalize induction variables, vectorize, clean up.
 // Kernels are one function with no calls to inline and no globals, so the
 // rest of O2 (inlining, IPO, GVN, unrolling, SLP, the second simplification
-// round) bought nothing measurable and cost about half of the compile time
-// (BM_Compile/64: 35 -> 16-21 ms, BM_Compile/1: 12 -> 5.5-7 ms; chain and
-// row kernels ran equally fast).
+// round) bought nothing measurable for half of the compile time
+// (docs/codegen.md, "The pass pipeline").
 // inject-tli-mappings marks libm calls that have a libmvec variant, which the
 // vectorizer reads (without it every vector loop calls scalar libm).
 // infer-alignment proves the vector stores of streaming kernels aligned
@@ -140,25 +139,17 @@ void optimize(llvm::Module& m, llvm::TargetMachine& tm) {
 }
 
 // The code generator's passes (instruction selection to object file) into
-// `pm`. Without `hoist_invariants`, early machine LICM stays out: in a kernel
-// whose loop body is 8 interleaved math chains (has_deep_math), it hoists
-// dozens of polynomial coefficients and scalars into registers out of the
-// loop nest, where they interfere with every value of the vector loop, the
-// scalar remainder and the sin/cos rerun loop; the register allocator then
-// spends most of its time splitting and evicting them (measured on the
-// benchmark chain's optimized IR, alternating: code generation 26.2 -> 18.4
-// ms median; the kernel 2.73 -> 2.79 us per 4096 elements). Left in the
-// loop, a constant is a broadcast load from the constant pool, which the
-// allocator repeats instead of spilling (the vector body's stack accesses
-// went from 82 to 48). Kernels with registers to spare keep the pass: exp
-// alone ran 25% slower without it.
+// `pm`, with early machine LICM as KernelTraits::early_machine_licm says:
+// out of a deep-math kernel's loops it hoists more constants than there are
+// registers, and the allocator spends its time evicting them
+// (docs/codegen.md, "Deep math").
 // The switch is LLVM's global option, read while the passes are added, so
 // adding them is serialized (running them is not).
 void add_code_generation_passes(llvm::legacy::PassManager& pm, llvm::raw_pwrite_stream& os, llvm::TargetMachine& tm,
-                                bool hoist_invariants) {
+                                bool early_machine_licm) {
   static std::mutex options_mutex;
   std::lock_guard<std::mutex> lock(options_mutex);
-  set_bool_option("disable-machine-licm", !hoist_invariants);
+  set_bool_option("disable-machine-licm", !early_machine_licm);
   if (tm.addPassesToEmitFile(pm, os, nullptr, llvm::CodeGenFileType::ObjectFile)) {
     throw std::runtime_error("kiln codegen: the target cannot emit object files");
   }
@@ -262,7 +253,8 @@ CompiledObject compile(const ir::Kernel& kernel, const std::string& symbol, cons
   llvm::Module module(symbol, ctx);
   module.setDataLayout(tm.createDataLayout());
   module.setTargetTriple(tm.getTargetTriple().str());
-  lower_to_llvm(kernel, symbol, module, options);
+  const KernelTraits traits = traits_of(kernel);
+  lower_to_llvm(kernel, traits, symbol, module, options);
   optimize(module, tm);
   lower_scale_calls(module);
   if (kernel.streaming_stores) mark_streaming_stores(module);
@@ -275,7 +267,7 @@ CompiledObject compile(const ir::Kernel& kernel, const std::string& symbol, cons
   llvm::SmallVector<char, 0> bytes;
   llvm::raw_svector_ostream os(bytes);
   llvm::legacy::PassManager pm;
-  add_code_generation_passes(pm, os, tm, /*hoist_invariants=*/!has_deep_math(kernel));
+  add_code_generation_passes(pm, os, tm, traits.early_machine_licm);
   pm.run(module);
   check("emitting code");
   out.object.assign(bytes.begin(), bytes.end());

@@ -30,7 +30,7 @@ ir::Kernel plan_one(trace::TraceOp op, size_t in_bytes, size_t out_bytes) {
 
 // Small kernels through the code paths most kernels take: vectorized
 // pointwise math interleaved deep (sin with its rerun loop, exp, tanh; see
-// codegen::math_chain_depth), streaming stores, and a row reduction.
+// codegen::KernelTraits), streaming stores, and a row reduction.
 std::vector<ir::Kernel> warm_up_kernels() {
   using ir::DType;
   using ir::Op;

@@ -713,11 +713,11 @@ ir::Kernel parallel_math() {
 // Interleaving 8 vectors deep pays where one value passes through several
 // math functions (latency-bound); parallel functions already overlap.
 TEST(Codegen, MathChainDepthCountsFunctionsOnOnePath) {
-  EXPECT_EQ(codegen::math_chain_depth(serial_math(DType::Float32, Op::Sin, Op::Exp, Op::Tanh)), 3);
-  EXPECT_EQ(codegen::math_chain_depth(serial_math(DType::Float32, Op::Sigmoid, Op::Neg, Op::Erf)), 2);
-  EXPECT_EQ(codegen::math_chain_depth(parallel_math()), 1);
+  EXPECT_EQ(codegen::traits_of(serial_math(DType::Float32, Op::Sin, Op::Exp, Op::Tanh)).math_chain_depth, 3);
+  EXPECT_EQ(codegen::traits_of(serial_math(DType::Float32, Op::Sigmoid, Op::Neg, Op::Erf)).math_chain_depth, 2);
+  EXPECT_EQ(codegen::traits_of(parallel_math()).math_chain_depth, 1);
   // double math calls libm: none of kiln's own functions
-  EXPECT_EQ(codegen::math_chain_depth(serial_math(DType::Float64, Op::Sin, Op::Exp, Op::Tanh)), 0);
+  EXPECT_EQ(codegen::traits_of(serial_math(DType::Float64, Op::Sin, Op::Exp, Op::Tanh)).math_chain_depth, 0);
 }
 
 // Deep kernels compile with different code generation passes (an LLVM
