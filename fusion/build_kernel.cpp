@@ -27,7 +27,7 @@ std::optional<PlannedKernel> RegionBuilder::build(const std::vector<bool>& keep)
   for (size_t i = 0; i < stores_.size(); ++i) {
     if (keep[i]) stack.push_back(stores_[i].value);
   }
-  if (stack.empty()) return std::nullopt;
+  if (stack.empty()) return std::nullopt;  // rule 11: every store died, no kernel
   while (!stack.empty()) {
     const int32_t id = stack.back();
     stack.pop_back();
@@ -59,7 +59,7 @@ std::optional<PlannedKernel> RegionBuilder::build(const std::vector<bool>& keep)
     if (keep[i]) store_view[i] = view_index(stores_[i].view);
   }
 
-  // 3. Dims: kept then reduced, size-1 dropped, mergeable neighbours merged.
+  // 3. Dims: kept then reduced (rule 4's row kernel), size-1 dropped, mergeable neighbours merged.
   struct Dim {
     int64_t size;
     bool reduced;
@@ -68,10 +68,10 @@ std::optional<PlannedKernel> RegionBuilder::build(const std::vector<bool>& keep)
   std::vector<Dim> dims;
   bool any_reduction = false;
   for (bool r : reduction_needed) any_reduction |= r;
-  // With every reduction dead the reduced dims still matter: a store of the
-  // epilogue (one element per row, stride 0 along them) must run once per
-  // row, not once per element along them, since it may read what it writes
-  // (`y.mul_(2)` fused after a `max` whose result was freed).
+  // Rule 11: with every reduction dead the reduced dims still matter: a store
+  // of the epilogue (one element per row, stride 0 along them) must run once
+  // per row, not once per element along them, since it may read what it
+  // writes (`y.mul_(2)` fused after a `max` whose result was freed).
   auto moves_along_reduced = [&](const trace::View& v) {
     for (size_t d = 0; d < sizes_.size(); ++d) {
       if (((reduced_ >> d) & 1) && sizes_[d] != 1 && v.strides[d] != 0) return true;

@@ -1,11 +1,12 @@
-// Partitioning a trace into regions (see include/kiln/fusion.h for the rules).
+// Partitioning a trace into regions. The rules are stated, numbered, in
+// docs/fusion.md ("Fusion rules"); "rule N" below cites them.
 //
 // Regions are built greedily, one buffer-sharing component at a time, each
-// in trace order (see include/kiln/fusion.h). Each keeps its fragment in
-// region numbering as it grows: region nodes, the views it loads from
-// memory, its stores. An op joins when its iteration space embeds into the
-// region's and no memory hazard forbids it; its loads of values the region
-// already stored through the same view become those values (forwarding).
+// in trace order. Each keeps its fragment in region numbering as it grows:
+// region nodes, the views it loads from memory, its stores. An op joins when
+// its iteration space embeds into the region's and no rule refuses it; its
+// loads of values the region already stored through the same view become
+// those values (forwarding).
 #include "fusion/region_builder.h"
 
 #include <algorithm>
@@ -79,6 +80,7 @@ bool interleaved_but_disjoint(const trace::View& a, const trace::View& b, const 
 
 }  // namespace
 
+// Rule 6: which views overlap.
 bool RegionBuilder::overlaps(const trace::View& a, const trace::View& b) const {
   if (a.buffer != b.buffer) return false;
   auto ea = extent(a, sizes_), eb = extent(b, sizes_);
@@ -91,13 +93,14 @@ std::optional<std::vector<int32_t>> RegionBuilder::embed(const trace::TraceOp& o
   const size_t rank = sizes_.size();
   std::vector<int32_t> identity(op.sizes.size());
   for (size_t i = 0; i < identity.size(); ++i) identity[i] = static_cast<int32_t>(i);
+  // Rule 4: a reduction over the region's space, over the same dims as its reductions so far.
   if (op.reduced != 0) {
     if (op.sizes == sizes_ && (reduced_ == 0 || reduced_ == op.reduced)) return identity;
     return std::nullopt;
   }
-  if (op.sizes == sizes_) return identity;
+  if (op.sizes == sizes_) return identity;  // rules 1-3: the same iteration space (inputs may broadcast)
   if (reduced_ == 0) return std::nullopt;
-  // Row-level: the reduced shape with keepdim (reduced dims of size 1) ...
+  // Rule 4, row-level: the reduced shape with keepdim (reduced dims of size 1) ...
   if (op.sizes.size() == rank) {
     bool keepdim = true;
     for (size_t d = 0; d < rank; ++d) {
@@ -134,12 +137,12 @@ std::string RegionBuilder::try_add(const trace::TraceOp& op, int32_t index, int3
     reduced_ = op.reduced;
     component_ = component;
   } else if (num_ops >= max_ops_) {
-    return "size limit";
+    return "size limit";  // rule 8
   }
   auto map = embed(op);
   if (!map) return "iteration space";
-  // Float sin/cos are exact over the whole float range only in pointwise
-  // kernels: those redo a run through libm's double sin/cos when an
+  // Rule 10: float sin/cos are exact over the whole float range only in
+  // pointwise kernels: those redo a run through libm's double sin/cos when an
   // argument is too large for the float reduction (codegen), a row kernel
   // cannot. So the two do not share a kernel.
   const bool op_sincos = has_float_sincos(op);
@@ -147,16 +150,17 @@ std::string RegionBuilder::try_add(const trace::TraceOp& op, int32_t index, int3
     return "float sin/cos stay out of kernels with reductions";
   }
 
-  // Hazards against what earlier ops of the region did.
+  // Hazards against what earlier ops of the region did (rule 6).
   std::vector<trace::View> loads, stores;
   std::vector<int32_t> forwarded(op.loads.size(), -1);
   for (size_t i = 0; i < op.loads.size(); ++i) {
     trace::View v = to_region(op.loads[i], *map);
     for (auto it = stores_.rbegin(); it != stores_.rend(); ++it) {
-      if (it->view == v) {
+      if (it->view == v) {  // rule 1: forwarded from the latest store through this view
         forwarded[i] = it->value;
         break;
       }
+      // Rules 5 and 6: a stored value read through another, overlapping view ends the region.
       if (overlaps(it->view, v)) return "read through another view of a value written in the region";
     }
     loads.push_back(std::move(v));
@@ -164,6 +168,7 @@ std::string RegionBuilder::try_add(const trace::TraceOp& op, int32_t index, int3
   for (const auto& out : op.stores) {
     trace::View v = to_region(out.view, *map);
     for (const auto& l : memory_loads_) {
+      // Rule 7: a write through the very view a value was loaded through keeps the region.
       if (!(l == v) && overlaps(l, v)) return "write over a value the region read through another view";
     }
     for (const auto& s : stores_) {
@@ -172,9 +177,10 @@ std::string RegionBuilder::try_add(const trace::TraceOp& op, int32_t index, int3
     stores.push_back(std::move(v));
   }
 
-  // Independent work does not join: ops connected to the region by no chain
-  // of shared buffers would only add memory streams to its loop (prefetchers
-  // and TLBs lose track past a few dozen) and instructions to its compile.
+  // Rule 9: independent work does not join: ops connected to the region by no
+  // chain of shared buffers would only add memory streams to its loop
+  // (prefetchers and TLBs lose track past a few dozen) and instructions to its
+  // compile.
   if (num_ops > 0 && component != component_) return "no shared data";
 
   // Commit: the op's fragment in region numbering.
@@ -237,8 +243,8 @@ Region RegionBuilder::region(std::string ended_by) const {
   return r;
 }
 
-// The component of each op: ops linked by a chain of shared buffers, over
-// the whole trace (union-find). One parameter's optimizer update is one
+// Rule 9: the component of each op: ops linked by a chain of shared buffers,
+// over the whole trace (union-find). One parameter's optimizer update is one
 // component, the next parameter's another, although the two never share a
 // buffer.
 std::vector<int32_t> components(const trace::Trace& trace) {
@@ -267,9 +273,9 @@ std::vector<int32_t> components(const trace::Trace& trace) {
   return out;
 }
 
-// Op indices grouped by component (components in order of first appearance),
-// trace order within each. Components share no buffer, so this order gives
-// every op the same inputs as trace order does.
+// Rule 9: op indices grouped by component (components in order of first
+// appearance), trace order within each. Components share no buffer, so this
+// order gives every op the same inputs as trace order does.
 std::vector<int32_t> component_order(const std::vector<int32_t>& component) {
   std::vector<int32_t> order(component.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
@@ -296,7 +302,8 @@ Plan plan(const trace::Trace& trace, const Options& options) {
     built.push_back(std::move(current));
   }
 
-  // Dead buffers: stores are dropped unless some region reads them from memory.
+  // Rule 11: stores to dead buffers are dropped unless some region (any, even
+  // one whose stores all die) loads them from memory.
   std::vector<bool> materialize(trace.buffers.size(), false);
   for (const auto& b : built) {
     for (const auto& v : b.memory_loads()) {

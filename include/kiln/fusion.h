@@ -1,32 +1,9 @@
 // Fusion: partitions a micro-trace into regions and turns each region into
 // one kernel. Plain C++ over trace::Trace; no torch, no LLVM.
 //
-// Rules (docs/fusion.md lists each with the test that pins it):
-//  - Ops are taken one buffer-sharing component at a time (components in the
-//    order they first appear, each in trace order): ops of different
-//    components share no buffer, so they commute, and a trace that
-//    interleaves them (a foreach optimizer step: every parameter's first op,
-//    then every parameter's second, ...) is regrouped per component.
-//  - A region is a run of such ops over one iteration space: pointwise
-//    ops over the same shape fuse vertically (chains) and horizontally
-//    (siblings, as one multi-output kernel).
-//  - A reduction joins a region over its input's shape; pointwise ops over the
-//    reduced shape (row-level) and over the full shape after it (epilogue)
-//    join too, so softmax and LayerNorm are one row kernel.
-//  - A value written in the region and read back through the same view is
-//    forwarded in registers; read or written through a different,
-//    overlapping view, the region ends (eager order is kept across regions).
-//    Views with the same strides whose blocks land apart (the gate blocks
-//    of one [batch, 4 * hidden] buffer) do not overlap.
-//  - Float sin and cos do not share a kernel with a reduction: only
-//    pointwise kernels can redo a run whose arguments are too large for the
-//    float reduction.
-//  - An op linked to the region by no chain of shared buffers (anywhere in
-//    the trace) starts a new one: fusing independent work adds memory
-//    streams and compile time and saves nothing.
-//  - A region holds at most Options::max_ops ops.
-//  - Stores to buffers freed before the flush are dropped, unless a later
-//    region reads them from memory: then they get scratch memory.
+// The rules that decide the regions are stated once, numbered, each with
+// the test that pins it, in docs/fusion.md ("Fusion rules"); the code cites
+// them by number where it implements them.
 #pragma once
 
 #include <cstdint>
@@ -39,17 +16,17 @@
 namespace kiln::fusion {
 
 struct Options {
-  int max_ops = 64;  // KILN_FUSION_MAX_OPS
+  int max_ops = 64;  // KILN_FUSION_MAX_OPS (rule 8)
   // A kernel that can_stream_stores and stores at least this many bytes per
   // launch streams them (ir::Kernel::streaming_stores); 0: never.
   int64_t stream_min_bytes = 0;  // KILN_STREAM_MIN_MB
 };
 
 struct Region {
-  std::vector<int32_t> ops;    // trace op indices, in trace order (one component's)
+  std::vector<int32_t> ops;    // trace op indices, in trace order (one component's: rule 9)
   std::vector<int64_t> sizes;  // iteration space
   uint64_t reduced = 0;
-  std::string ended_by;  // why the next op did not join ("end of trace" for the last)
+  std::string ended_by;  // why the next op did not join (docs/fusion.md; "end of trace" for the last)
 };
 
 // A kernel ready to compile (kernel) and to launch (the rest).
@@ -71,7 +48,7 @@ struct PlannedKernel {
 
 struct Plan {
   std::vector<Region> regions;
-  std::vector<PlannedKernel> kernels;  // launch order; a region whose every store was dropped has none
+  std::vector<PlannedKernel> kernels;  // launch order; a region whose every store was dropped has none (rule 11)
   std::vector<int32_t> scratch;        // dead buffers a later region reads: give them scratch memory
   int64_t bytes_not_written = 0;       // stores dropped because their buffer died
 };
