@@ -4,7 +4,7 @@ BUILD  ?= build
 JOBS   ?= 2
 PYTEST_ARGS ?=
 
-.PHONY: setup build install demo test test-cpp test-python bench docs clean
+.PHONY: setup build install demo test test-cpp test-python lint bench docs clean
 QUICK ?=
 
 setup:
@@ -36,6 +36,12 @@ test-python: install
 	$(PYTHON) -m pytest -q tests/python $(PYTEST_ARGS)
 
 test: test-cpp test-python
+
+# Python lint and formatting (ruff.toml; ruff pinned in tools/setup.sh). To fix:
+# `python3 -m ruff format . && python3 -m ruff check --fix .` (never --unsafe-fixes).
+lint: setup
+	$(PYTHON) -m ruff check .
+	$(PYTHON) -m ruff format --check --diff .
 
 # Writes bench/results/<date>-<host>.json and regenerates docs/benchmarks.md
 # and docs/img/*.png. QUICK=1: smaller sizes, under 5 minutes.

@@ -5,6 +5,7 @@ docs/benchmarks.md and docs/img/*.png.
 
     python bench/run_bench.py [--quick] [--smoke] [--micro build/kiln_runtime_bench] [--out FILE]
 """
+
 import argparse
 import datetime
 import json
@@ -89,8 +90,13 @@ def measure(workload, device, compile_fn, scale, reps, budget_s, warmup_s):
         _sync(device)
         times.append(time.perf_counter() - t0)
         del out
-    return {"first_s": first, "median_s": statistics.median(times), "min_s": min(times), "max_s": max(times),
-            "reps": len(times)}
+    return {
+        "first_s": first,
+        "median_s": statistics.median(times),
+        "min_s": min(times),
+        "max_s": max(times),
+        "reps": len(times),
+    }
 
 
 def stream_bandwidth(elements, reps=5):
@@ -106,8 +112,11 @@ def stream_bandwidth(elements, reps=5):
         t0 = time.perf_counter()
         torch.add(b, c, alpha=3.0, out=a)
         best_triad = min(best_triad, time.perf_counter() - t0)
-    return {"elements": elements, "copy_GBps": 2 * 4 * elements / best_copy / 1e9,
-            "triad_GBps": 3 * 4 * elements / best_triad / 1e9}
+    return {
+        "elements": elements,
+        "copy_GBps": 2 * 4 * elements / best_copy / 1e9,
+        "triad_GBps": 3 * 4 * elements / best_triad / 1e9,
+    }
 
 
 def recording_overhead(ops=4000):
@@ -128,8 +137,11 @@ def recording_overhead(ops=4000):
             best[key] = min(best[key], (time.perf_counter() - t0) / ops)
             _sync(device)
             del y
-    return {"cpu_eager_us_per_op": best["cpu"] * 1e6, "kiln_lazy_record_us_per_op": best["kiln"] * 1e6,
-            "overhead_us_per_op": (best["kiln"] - best["cpu"]) * 1e6}
+    return {
+        "cpu_eager_us_per_op": best["cpu"] * 1e6,
+        "kiln_lazy_record_us_per_op": best["kiln"] * 1e6,
+        "overhead_us_per_op": (best["kiln"] - best["cpu"]) * 1e6,
+    }
 
 
 def pointwise_chain_peak_memory(scale):
@@ -159,22 +171,47 @@ def micro_benchmarks(binary, quick):
     if out.returncode != 0:
         return {"error": out.stderr[-2000:]}
     data = json.loads(out.stdout)
-    return {"context": data.get("context", {}), "benchmarks": [
-        {k: b[k] for k in ("name", "real_time", "cpu_time", "time_unit", "items_per_second", "bytes_per_second",
-                           "cached_ms", "streaming_ms", "vscalef_us", "portable_us", "speedup")
-         if k in b} for b in data["benchmarks"]]}
+    return {
+        "context": data.get("context", {}),
+        "benchmarks": [
+            {
+                k: b[k]
+                for k in (
+                    "name",
+                    "real_time",
+                    "cpu_time",
+                    "time_unit",
+                    "items_per_second",
+                    "bytes_per_second",
+                    "cached_ms",
+                    "streaming_ms",
+                    "vscalef_us",
+                    "portable_us",
+                    "speedup",
+                )
+                if k in b
+            }
+            for b in data["benchmarks"]
+        ],
+    }
 
 
 def machine():
     cpu = "unknown"
     try:
         with open("/proc/cpuinfo") as fh:
-            cpu = next(l.split(":", 1)[1].strip() for l in fh if l.startswith("model name"))
+            cpu = next(line.split(":", 1)[1].strip() for line in fh if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
-    return {"host": socket.gethostname(), "cpu": cpu, "cores": os.cpu_count(),
-            "memory_GiB": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
-            "python": platform.python_version(), "torch": torch.__version__, "threads": torch.get_num_threads()}
+    return {
+        "host": socket.gethostname(),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_GiB": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+    }
 
 
 def main(argv=None):
@@ -195,21 +232,35 @@ def main(argv=None):
     warmup = 0.0 if args.smoke else (0.3 if args.quick else 1.0)
     mode = "smoke" if args.smoke else ("quick" if args.quick else "full")
 
-    result = {"date": datetime.datetime.now().isoformat(timespec="seconds"), "mode": mode, "scale": scale,
-              "warmup_s": warmup, "reps": reps,
-              "machine": machine(), "workloads": [], "contenders": [
-                  {"key": k, "label": l, "reason": r} for k, l, _, _, r, _ in CONTENDERS]}
+    result = {
+        "date": datetime.datetime.now().isoformat(timespec="seconds"),
+        "mode": mode,
+        "scale": scale,
+        "warmup_s": warmup,
+        "reps": reps,
+        "machine": machine(),
+        "workloads": [],
+        "contenders": [{"key": k, "label": label, "reason": r} for k, label, _, _, r, _ in CONTENDERS],
+    }
     result["stream"] = stream_bandwidth(1 << 16 if args.smoke else (1 << 24 if args.quick else 1 << 26))
-    print(f"memory bandwidth: copy {result['stream']['copy_GBps']:.1f} GB/s, "
-          f"triad {result['stream']['triad_GBps']:.1f} GB/s", flush=True)
+    print(
+        f"memory bandwidth: copy {result['stream']['copy_GBps']:.1f} GB/s, "
+        f"triad {result['stream']['triad_GBps']:.1f} GB/s",
+        flush=True,
+    )
 
     names = set(args.only.split(",")) if args.only else None
     for w in workloads.WORKLOADS:
         if names and w.name not in names:
             continue
-        row = {"name": w.name, "description": w.description, "results": {},
-               "min_bytes": w.min_bytes(scale) if w.min_bytes else None, "ops": w.ops(scale) if w.ops else None}
-        for key, label, device, compile_fn, reason, mode in CONTENDERS:
+        row = {
+            "name": w.name,
+            "description": w.description,
+            "results": {},
+            "min_bytes": w.min_bytes(scale) if w.min_bytes else None,
+            "ops": w.ops(scale) if w.ops else None,
+        }
+        for key, _label, device, compile_fn, reason, mode in CONTENDERS:
             if mode is not None:
                 kiln.set_mode(mode)
             if reason is not None:
@@ -221,8 +272,11 @@ def main(argv=None):
             try:
                 r = measure(w, device, compile_fn, scale, reps, budget, warmup)
                 row["results"][key] = r
-                print(f"{w.name:20s} {key:14s} median {r['median_s'] * 1e3:9.3f} ms  "
-                      f"(first {r['first_s'] * 1e3:9.1f} ms, {r['reps']} reps)", flush=True)
+                print(
+                    f"{w.name:20s} {key:14s} median {r['median_s'] * 1e3:9.3f} ms  "
+                    f"(first {r['first_s'] * 1e3:9.1f} ms, {r['reps']} reps)",
+                    flush=True,
+                )
             except Exception as e:  # a contender that cannot run this workload gets a row saying why
                 traceback.print_exc()
                 row["results"][key] = {"skipped": f"failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}"}
@@ -235,15 +289,20 @@ def main(argv=None):
     result["compile"] = {"regions": len(compiles)}
     for clock, pick in (("", lambda t: t[0]), ("wall_", lambda t: t[1])):
         times = sorted(pick(t) for t in compiles)
-        result["compile"].update({
-            f"{clock}median_ms": statistics.median(times) if times else None,
-            f"{clock}p99_ms": times[min(len(times) - 1, int(0.99 * len(times)))] if times else None,
-            f"{clock}max_ms": times[-1] if times else None})
+        result["compile"].update(
+            {
+                f"{clock}median_ms": statistics.median(times) if times else None,
+                f"{clock}p99_ms": times[min(len(times) - 1, int(0.99 * len(times)))] if times else None,
+                f"{clock}max_ms": times[-1] if times else None,
+            }
+        )
     if not args.smoke:
         result["recording"] = recording_overhead()
         result["peak_memory"] = pointwise_chain_peak_memory(scale)
-        print(f"recording: {result['recording']}; peak memory: {result['peak_memory']}; "
-              f"compile: {result['compile']}", flush=True)
+        print(
+            f"recording: {result['recording']}; peak memory: {result['peak_memory']}; compile: {result['compile']}",
+            flush=True,
+        )
 
     # Last: the micro-benchmark process churns through memory, and CPU eager's
     # fresh large temporaries page-fault several times slower right after it
@@ -252,14 +311,18 @@ def main(argv=None):
     if "error" in result["micro"]:
         raise SystemExit(f"runtime micro-benchmarks failed: {result['micro']['error']}")
 
-    out = args.out or os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
-                                   f"{datetime.date.today().isoformat()}-{socket.gethostname()}.json")
+    out = args.out or os.path.join(
+        os.path.dirname(os.path.abspath(__file__)),
+        "results",
+        f"{datetime.date.today().isoformat()}-{socket.gethostname()}.json",
+    )
     os.makedirs(os.path.dirname(out), exist_ok=True)
     with open(out, "w") as fh:
         json.dump(result, fh, indent=1)
     print(f"wrote {out}")
     if args.report:
         import report
+
         report.main([out])
     return out
 

@@ -5,7 +5,6 @@ that runs one iteration (without synchronizing). `scale` < 1 shrinks sizes
 for QUICK runs and the smoke test; the report says which scale was used.
 `compile` wraps the compute the way a user would with torch.compile.
 """
-import math
 
 import torch
 import torch.nn as nn
@@ -16,9 +15,9 @@ class Workload:
     def __init__(self, name, description, build, min_bytes=None, ops=None):
         self.name = name
         self.description = description
-        self.build = build          # build(device, scale, compile_fn) -> step
+        self.build = build  # build(device, scale, compile_fn) -> step
         self.min_bytes = min_bytes  # min_bytes(scale): bytes a fused kernel must move (memory-bound workloads)
-        self.ops = ops              # ops(scale): ATen ops per step (for per-op times)
+        self.ops = ops  # ops(scale): ATen ops per step (for per-op times)
 
 
 def _n(base, scale, minimum=1):
@@ -54,7 +53,7 @@ STORM_ELEMENTS = 256
 
 
 def _storm_fn(x, n):
-    for i in range(n // 2):
+    for _ in range(n // 2):
         x = x * 1.0001
         x = x + 0.0001
     return x
@@ -68,6 +67,7 @@ def build_storm(device, scale, compile_fn):
 
 
 # ---------------------------------------------------------------- LayerNorm + Linear + GELU block
+
 
 class MLPBlock(nn.Module):
     def __init__(self, d):
@@ -90,10 +90,12 @@ def build_mlp_block(device, scale, compile_fn):
     def step():
         block.zero_grad(set_to_none=True)
         fwd(x).sum().backward()
+
     return step
 
 
 # ---------------------------------------------------------------- AdamW step
+
 
 def build_adamw(foreach):
     def build(device, scale, compile_fn):
@@ -105,6 +107,7 @@ def build_adamw(foreach):
         opt = torch.optim.AdamW(params, lr=1e-3, foreach=foreach)
         opt_step = compile_fn(opt.step)
         return lambda: opt_step()
+
     return build
 
 
@@ -114,6 +117,7 @@ def adamw_min_bytes(scale):
 
 
 # ---------------------------------------------------------------- MLP training step
+
 
 def build_mlp_train(device, scale, compile_fn):
     torch.manual_seed(0)
@@ -128,18 +132,21 @@ def build_mlp_train(device, scale, compile_fn):
         opt.zero_grad(set_to_none=True)
         F.cross_entropy(fwd(x), y).backward()
         opt.step()
+
     return step
 
 
 # ---------------------------------------------------------------- GPT-style transformer training step
+
 
 class GPT(nn.Module):
     def __init__(self, vocab=1000, d=256, heads=4, layers=2, seq=128):
         super().__init__()
         self.tok = nn.Embedding(vocab, d)
         self.pos = nn.Embedding(seq, d)
-        layer = nn.TransformerEncoderLayer(d, heads, 4 * d, dropout=0.0, batch_first=True, norm_first=True,
-                                           activation="gelu")
+        layer = nn.TransformerEncoderLayer(
+            d, heads, 4 * d, dropout=0.0, batch_first=True, norm_first=True, activation="gelu"
+        )
         self.blocks = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(d)
         self.head = nn.Linear(d, vocab)
@@ -167,10 +174,12 @@ def build_gpt_train(device, scale, compile_fn):
         logits = fwd(idx)
         F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1)).backward()
         opt.step()
+
     return step
 
 
 # ---------------------------------------------------------------- variable-length inference
+
 
 def build_varlen_infer(device, scale, compile_fn):
     torch.manual_seed(0)
@@ -185,19 +194,37 @@ def build_varlen_infer(device, scale, compile_fn):
         with torch.no_grad():
             for idx in inputs:
                 fwd(idx)
+
     return step
 
 
 WORKLOADS = [
-    Workload("pointwise_chain", "8-op pointwise chain on 4M float32", build_pointwise,
-             min_bytes=lambda s: 2 * 4 * max(1024, int(POINTWISE_ELEMENTS * s)), ops=lambda s: 8),
-    Workload("small_op_storm", "1,000 dependent ops on 256-element tensors", build_storm,
-             ops=lambda s: max(20, int(STORM_OPS * s)) // 2 * 2),
+    Workload(
+        "pointwise_chain",
+        "8-op pointwise chain on 4M float32",
+        build_pointwise,
+        min_bytes=lambda s: 2 * 4 * max(1024, int(POINTWISE_ELEMENTS * s)),
+        ops=lambda s: 8,
+    ),
+    Workload(
+        "small_op_storm",
+        "1,000 dependent ops on 256-element tensors",
+        build_storm,
+        ops=lambda s: max(20, int(STORM_OPS * s)) // 2 * 2,
+    ),
     Workload("mlp_block", "LayerNorm + Linear + GELU MLP block, forward and backward (512x256)", build_mlp_block),
-    Workload("adamw_foreach_off", "AdamW step, 50 params of 1M floats, foreach=False", build_adamw(False),
-             min_bytes=adamw_min_bytes),
-    Workload("adamw_foreach_on", "AdamW step, 50 params of 1M floats, foreach=True", build_adamw(True),
-             min_bytes=adamw_min_bytes),
+    Workload(
+        "adamw_foreach_off",
+        "AdamW step, 50 params of 1M floats, foreach=False",
+        build_adamw(False),
+        min_bytes=adamw_min_bytes,
+    ),
+    Workload(
+        "adamw_foreach_on",
+        "AdamW step, 50 params of 1M floats, foreach=True",
+        build_adamw(True),
+        min_bytes=adamw_min_bytes,
+    ),
     Workload("mlp_train", "MLP 784-512-512-10 training step, batch 128, AdamW", build_mlp_train),
     Workload("gpt_train", "2-layer GPT (d=256, 4 heads, seq 128, batch 8) training step, AdamW", build_gpt_train),
     Workload("varlen_infer", "inference over 100 random sequence lengths 16..512 (the GPT above)", build_varlen_infer),

@@ -20,6 +20,13 @@ if ! $PY -c 'import torch, sys; sys.exit(0 if torch.__version__.startswith("2.13
   echo "setup: installing torch==2.13.0"
   $PY -m pip install -q torch==2.13.0
 fi
+# ruff (`make lint`): pinned, since each release can format differently; it has
+# no dependencies, and --no-deps keeps it that way.
+RUFF_VERSION=0.17.6
+if [ "$($PY -m ruff --version 2>/dev/null)" != "ruff $RUFF_VERSION" ]; then
+  echo "setup: installing ruff==$RUFF_VERSION"
+  $PY -m pip install -q --no-deps "ruff==$RUFF_VERSION"
+fi
 for mod in pytest:pytest expecttest:expecttest numpy:numpy; do
   m=${mod%%:*}; pkg=${mod##*:}
   $PY -c "import $m" 2>/dev/null || $PY -m pip install -q "$pkg"

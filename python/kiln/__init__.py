@@ -6,6 +6,7 @@ knobs, starts the device runtime and registers the device: ``torch.device
 ("neuron")``, ``torch.neuron``, ``Tensor.neuron()``, and
 ``torch.accelerator.current_accelerator()``.
 """
+
 import atexit
 import sys
 import warnings
@@ -29,8 +30,9 @@ for _message in _C._init():  # raises ValueError naming a bad knob
 
 DEVICE_NAME = _C.device_name()
 
+
 def mode():
-    """"lazy" (ops are recorded, fused, compiled and launched at sync points) or
+    """ "lazy" (ops are recorded, fused, compiled and launched at sync points) or
     "eager" (one launch per op). Starts as KILN_MODE says."""
     return _C.mode()
 

@@ -1,4 +1,5 @@
 """python -m kiln knobs [--markdown] | info"""
+
 import argparse
 import sys
 
@@ -11,7 +12,7 @@ def _knobs(args):
         return
     rows = _C.knobs()
     width = max(len(r[0]) for r in rows)
-    for name, value, source, default, accepted, help_text in rows:
+    for name, value, source, _default, accepted, help_text in rows:
         shown = value if value != "" else "(empty)"
         print(f"{name:<{width}}  {shown:<10} ({source})  accepted: {accepted}")
         print(f"{'':<{width}}  {help_text}")

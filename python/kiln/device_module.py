@@ -121,8 +121,10 @@ class _DeviceProperties:
         self.index = index
 
     def __repr__(self):
-        return (f"_{_NAME.capitalize()}DeviceProperties(name='{self.name}', major={self.major}, minor={self.minor}, "
-                f"total_memory={self.total_memory >> 20}MB, multi_processor_count={self.multi_processor_count})")
+        return (
+            f"_{_NAME.capitalize()}DeviceProperties(name='{self.name}', major={self.major}, minor={self.minor}, "
+            f"total_memory={self.total_memory >> 20}MB, multi_processor_count={self.multi_processor_count})"
+        )
 
 
 def get_device_properties(device=None):
@@ -268,13 +270,22 @@ def memory_summary(device=None, abbreviated=False):
                 return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
             n /= 1024
 
-    rows = [("Allocated memory", "allocated_bytes", size), ("Active memory", "active_bytes", size),
-            ("Requested memory", "requested_bytes", size), ("Reserved memory", "reserved_bytes", size),
-            ("Allocations", "allocation", str), ("Active allocs", "active", str)]
-    lines = [f"|{'':=^75}|", f"| {f'{_NAME} memory summary, device ID {index}':<74}|",
-             f"| {'OOMs: ' + str(stats['num_ooms']):<74}|", f"|{'':=^75}|",
-             f"| {'Metric':<22}| {'Cur Usage':>11} | {'Peak Usage':>11} | {'Tot Alloc':>10} | {'Tot Freed':>10} |",
-             f"|{'':-^75}|"]
+    rows = [
+        ("Allocated memory", "allocated_bytes", size),
+        ("Active memory", "active_bytes", size),
+        ("Requested memory", "requested_bytes", size),
+        ("Reserved memory", "reserved_bytes", size),
+        ("Allocations", "allocation", str),
+        ("Active allocs", "active", str),
+    ]
+    lines = [
+        f"|{'':=^75}|",
+        f"| {f'{_NAME} memory summary, device ID {index}':<74}|",
+        f"| {'OOMs: ' + str(stats['num_ooms']):<74}|",
+        f"|{'':=^75}|",
+        f"| {'Metric':<22}| {'Cur Usage':>11} | {'Peak Usage':>11} | {'Tot Alloc':>10} | {'Tot Freed':>10} |",
+        f"|{'':-^75}|",
+    ]
     for title, key, fmt in rows:
         s = [fmt(stats[f"{key}.all.{k}"]) for k in ("current", "peak", "allocated", "freed")]
         lines.append(f"| {title:<22}| {s[0]:>11} | {s[1]:>11} | {s[2]:>10} | {s[3]:>10} |")

@@ -1,4 +1,5 @@
 """What kiln did: how each op ran (traced, library kernel, fallback), launches, copies, sync points, errors."""
+
 from . import _C
 
 

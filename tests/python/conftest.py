@@ -48,15 +48,18 @@ def run_python(code, env=None, timeout=120):
     # KILN_MODE carries over: the suite runs whole in each mode.
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("KILN_") or k == "KILN_MODE"}
     full_env.update(env or {})
-    return subprocess.run([sys.executable, "-c", code], env=full_env, capture_output=True, text=True,
-                          timeout=timeout, cwd=REPO)
+    return subprocess.run(
+        [sys.executable, "-c", code], env=full_env, capture_output=True, text=True, timeout=timeout, cwd=REPO
+    )
 
 
 def rerun_with_launch_blocking(test_file, selection, mode):
     """Runs the tests of `test_file` that `selection` (-k) picks in a fresh
     interpreter in kiln mode `mode` with KILN_LAUNCH_BLOCKING=1; they must pass."""
-    code = (f"import sys, pytest; sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', '-k', {selection!r}, "
-            f"{os.path.abspath(test_file)!r}]))")
+    code = (
+        f"import sys, pytest; sys.exit(pytest.main(['-q', '-p', 'no:cacheprovider', '-k', {selection!r}, "
+        f"{os.path.abspath(test_file)!r}]))"
+    )
     r = run_python(code, env={"KILN_MODE": mode, "KILN_LAUNCH_BLOCKING": "1"}, timeout=300)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-2000:]
     assert " passed" in r.stdout, r.stdout[-500:]

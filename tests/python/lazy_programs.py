@@ -47,6 +47,7 @@ inputs).
   ulps), which only exceeds the plain tolerance where the chain is
   ill-conditioned.
 """
+
 import math
 import random
 import re
@@ -59,10 +60,37 @@ FLOATS = [torch.float32, torch.float64, torch.bfloat16, torch.float16]
 INTS = [torch.int64, torch.int32, torch.int16, torch.uint8]
 DTYPES = FLOATS * 3 + INTS + [torch.bool]
 
-UNARY_FLOAT = ["exp", "sin", "cos", "tanh", "sigmoid", "erf", "expm1", "log1p", "atan", "sqrt", "rsqrt",
-               "reciprocal", "log", "exp2", "asinh"]
-UNARY_ANY = ["neg", "abs", "sign", "floor", "ceil", "round", "trunc", "relu", "isnan", "logical_not",
-             "bitwise_not", "square"]
+UNARY_FLOAT = [
+    "exp",
+    "sin",
+    "cos",
+    "tanh",
+    "sigmoid",
+    "erf",
+    "expm1",
+    "log1p",
+    "atan",
+    "sqrt",
+    "rsqrt",
+    "reciprocal",
+    "log",
+    "exp2",
+    "asinh",
+]
+UNARY_ANY = [
+    "neg",
+    "abs",
+    "sign",
+    "floor",
+    "ceil",
+    "round",
+    "trunc",
+    "relu",
+    "isnan",
+    "logical_not",
+    "bitwise_not",
+    "square",
+]
 BINARY_OPS = ["+", "-", "*", "/", "<", "<=", ">", ">=", "==", "!=", "&", "|", "^"]
 BINARY_FNS = ["maximum", "minimum", "logical_and", "logical_or", "logical_xor", "atan2"]
 INPLACE = ["add_", "sub_", "mul_", "div_", "clamp_min_", "clamp_max_", "maximum", "lerp_"]
@@ -75,34 +103,134 @@ TOLERANCE = {torch.float64: 1e-9, torch.float32: 2e-5, torch.bfloat16: 3e-2, tor
 # Ops whose float results may differ from eager's in the last bits (math
 # functions: libm/libmvec vs SLEEF; fused multiply-adds; reductions that
 # accumulate in another order). Matched as whole words.
-INEXACT = UNARY_FLOAT[:] + ["atan2", "softmax", "log_softmax", "var", "logsumexp", "lerp", "lerp_", "alpha=",
-                            "addcmul", "addcdiv"]
-_INEXACT_RE = re.compile("|".join(rf"\b{re.escape(op)}" + ("" if op.endswith("=") else r"(?!\w)")
-                                  for op in INEXACT))
+INEXACT = UNARY_FLOAT[:] + [
+    "atan2",
+    "softmax",
+    "log_softmax",
+    "var",
+    "logsumexp",
+    "lerp",
+    "lerp_",
+    "alpha=",
+    "addcmul",
+    "addcdiv",
+]
+_INEXACT_RE = re.compile("|".join(rf"\b{re.escape(op)}" + ("" if op.endswith("=") else r"(?!\w)") for op in INEXACT))
 # Ops that turn a last-bit difference into a different answer (a step):
 # they are only applied to values that are exact on both sides.
-STEPS = ["floor", "ceil", "round", "trunc", "sign", "isnan", "logical_not", "bitwise_not", "logical_and",
-         "logical_or", "logical_xor", "argmax", "<", ">", "==", "!=", "&", "|", "^", "torch.where(",
-         ".to(torch.int", ".to(torch.uint8", ".to(torch.bool", "any(", "copy_(", "fill_(", "zero_("]
+STEPS = [
+    "floor",
+    "ceil",
+    "round",
+    "trunc",
+    "sign",
+    "isnan",
+    "logical_not",
+    "bitwise_not",
+    "logical_and",
+    "logical_or",
+    "logical_xor",
+    "argmax",
+    "<",
+    ">",
+    "==",
+    "!=",
+    "&",
+    "|",
+    "^",
+    "torch.where(",
+    ".to(torch.int",
+    ".to(torch.uint8",
+    ".to(torch.bool",
+    "any(",
+    "copy_(",
+    "fill_(",
+    "zero_(",
+]
 
 INF, NAN = math.inf, math.nan
 # Extreme values an input may hold, per dtype (floats are made in float64 and
 # rounded to the dtype: 2**24 + 1 is not a float32, 2049 not a float16).
 EXTREMES = {
-    torch.float32: [0.0, -0.0, 1e-38, -1e-38, 1e-45, -1e-45, 1e20, -1e20, 3e38, -3e38, 2.0 ** 24 + 1,
-                    2.0 ** 50, -2.0 ** 60, INF, -INF, NAN],
-    torch.float64: [0.0, -0.0, 1e-38, -1e-45, 1e-308, -5e-324, 1e20, -3e38, 1e300, -1.7e308, 2.0 ** 24 + 1,
-                    2.0 ** 53 + 2, 2.0 ** 50, -2.0 ** 60, INF, -INF, NAN],
-    torch.bfloat16: [0.0, -0.0, 1e-38, -1e-39, 1e-40, 1e20, -1e20, 3e38, -3e38, 257.0, 2.0 ** 24 + 1,
-                     2.0 ** 50, -2.0 ** 60, INF, -INF, NAN],
+    torch.float32: [
+        0.0,
+        -0.0,
+        1e-38,
+        -1e-38,
+        1e-45,
+        -1e-45,
+        1e20,
+        -1e20,
+        3e38,
+        -3e38,
+        2.0**24 + 1,
+        2.0**50,
+        -(2.0**60),
+        INF,
+        -INF,
+        NAN,
+    ],
+    torch.float64: [
+        0.0,
+        -0.0,
+        1e-38,
+        -1e-45,
+        1e-308,
+        -5e-324,
+        1e20,
+        -3e38,
+        1e300,
+        -1.7e308,
+        2.0**24 + 1,
+        2.0**53 + 2,
+        2.0**50,
+        -(2.0**60),
+        INF,
+        -INF,
+        NAN,
+    ],
+    torch.bfloat16: [
+        0.0,
+        -0.0,
+        1e-38,
+        -1e-39,
+        1e-40,
+        1e20,
+        -1e20,
+        3e38,
+        -3e38,
+        257.0,
+        2.0**24 + 1,
+        2.0**50,
+        -(2.0**60),
+        INF,
+        -INF,
+        NAN,
+    ],
     torch.float16: [0.0, -0.0, 6e-8, -6e-8, 3e-5, -1e-5, 1e-4, 6e4, -65504.0, 2049.0, 1025.0, INF, -INF, NAN],
-    torch.int64: [0, -1, 2 ** 24 + 1, -(2 ** 50), 2 ** 60, 2 ** 63 - 1, -(2 ** 63)],
-    torch.int32: [0, -1, 2 ** 24 + 1, 2 ** 31 - 1, -(2 ** 31)],
-    torch.int16: [0, -1, 2 ** 15 - 1, -(2 ** 15)],
+    torch.int64: [0, -1, 2**24 + 1, -(2**50), 2**60, 2**63 - 1, -(2**63)],
+    torch.int32: [0, -1, 2**24 + 1, 2**31 - 1, -(2**31)],
+    torch.int16: [0, -1, 2**15 - 1, -(2**15)],
     torch.uint8: [0, 128, 255],
 }
-EXTREME_SCALARS = ["0.0", "-0.0", "1e-38", "-1e-45", "1e-300", "6e-8", "1e20", "-3e38", "65504.0", "2049",
-                   "16777217", "2**50", "-2**60", "float('inf')", "-float('inf')", "float('nan')"]
+EXTREME_SCALARS = [
+    "0.0",
+    "-0.0",
+    "1e-38",
+    "-1e-45",
+    "1e-300",
+    "6e-8",
+    "1e20",
+    "-3e38",
+    "65504.0",
+    "2049",
+    "16777217",
+    "2**50",
+    "-2**60",
+    "float('inf')",
+    "-float('inf')",
+    "float('nan')",
+]
 # Elements beyond these magnitudes (or non-finite) count as extreme.
 BIG, TINY = 1e4, 1e-4
 
@@ -150,7 +278,7 @@ def _shape(rng):
 
 
 def _broadcastable(rng, shape):
-    out = list(shape[rng.randrange(len(shape) + 1):]) if shape else []
+    out = list(shape[rng.randrange(len(shape) + 1) :]) if shape else []
     return [1 if rng.random() < 0.3 else d for d in out]
 
 
@@ -181,12 +309,18 @@ def _tensor_source(rng, name, shape, dtype):
         make = f"torch.randint(-6, 7, {base_shape}, generator={gen}, dtype={'torch.int64' if extreme else dt})"
     if extreme:
         values = EXTREMES[dtype]
-        table = (f"torch.tensor([{', '.join(_lit(v) for v in values)}], "
-                 f"dtype=torch.{'float64' if dtype.is_floating_point else 'int64'})")
-        pick = (f"torch.randint(0, {len(values)}, {base_shape}, "
-                f"generator=torch.Generator().manual_seed({rng.randrange(1 << 30)}))")
-        mask = (f"torch.rand({base_shape}, generator=torch.Generator().manual_seed({rng.randrange(1 << 30)})) "
-                f"< {rng.choice([0.2, 0.35, 0.6])}")
+        table = (
+            f"torch.tensor([{', '.join(_lit(v) for v in values)}], "
+            f"dtype=torch.{'float64' if dtype.is_floating_point else 'int64'})"
+        )
+        pick = (
+            f"torch.randint(0, {len(values)}, {base_shape}, "
+            f"generator=torch.Generator().manual_seed({rng.randrange(1 << 30)}))"
+        )
+        mask = (
+            f"torch.rand({base_shape}, generator=torch.Generator().manual_seed({rng.randrange(1 << 30)})) "
+            f"< {rng.choice([0.2, 0.35, 0.6])}"
+        )
         make = f"torch.where({mask}, {table}[{pick}], {make}).to({dt})"
     return f"{name} = ({make}).to(DEV){suffix}", extreme
 
@@ -265,8 +399,12 @@ class Program:
         if new is not None and not isinstance(trial.get(new), torch.Tensor):
             return None
         used = [n for n in self.names if _mentions(line, n)]
-        inexact_in = any(self.group[n] in self.inexact_groups and trial.get(n) is not None
-                         and (trial[n].dtype.is_floating_point or not _is_write(line)) for n in used)
+        inexact_in = any(
+            self.group[n] in self.inexact_groups
+            and trial.get(n) is not None
+            and (trial[n].dtype.is_floating_point or not _is_write(line))
+            for n in used
+        )
         if inexact_in and any(step in line for step in STEPS):
             return None
         if _cast_is_undefined(line, env):
@@ -288,8 +426,10 @@ class Program:
             g = self.group[written]
             self.inexact_groups.add(g)
             dtypes = [trial[n].dtype for n in used + [written] if isinstance(trial.get(n), torch.Tensor)]
-            tol = max([TOLERANCE.get(d, 0) for d in dtypes] +
-                      [self.group_tolerance.get(self.group[n], 0) for n in used if n in self.group])
+            tol = max(
+                [TOLERANCE.get(d, 0) for d in dtypes]
+                + [self.group_tolerance.get(self.group[n], 0) for n in used if n in self.group]
+            )
             self.group_tolerance[g] = max(self.group_tolerance.get(g, 0), tol)
         if line.startswith("del "):
             self.names.remove(line[4:])
@@ -400,8 +540,9 @@ class Program:
 
     def _aliases(self, env, a):
         """Other live names that view `a`'s buffer."""
-        return [n for n in self.names if n != a and self.group.get(n) == self.group.get(a)
-                and _same_storage(env[n], env[a])]
+        return [
+            n for n in self.names if n != a and self.group.get(n) == self.group.get(a) and _same_storage(env[n], env[a])
+        ]
 
     def _overlapping_in_place(self, rng, env):
         """In place, with an input that overlaps (fully or partly) the written tensor."""
@@ -452,10 +593,12 @@ class Program:
         """A write through an expanded view: fill_/zero_ (eager allows), others (eager refuses)."""
         self._form = "write through an expanded view"
         self._error_keep = 0.7
-        expanded = [n for n in self.names
-                    if any(st == 0 and sz > 1 for st, sz in zip(env[n].stride(), env[n].shape))]
-        dst = (rng.choice(expanded) if expanded and rng.random() < 0.6
-               else self._expanded(rng, env, rng.choice(self.names)))
+        expanded = [n for n in self.names if any(st == 0 and sz > 1 for st, sz in zip(env[n].stride(), env[n].shape))]
+        dst = (
+            rng.choice(expanded)
+            if expanded and rng.random() < 0.6
+            else self._expanded(rng, env, rng.choice(self.names))
+        )
         u = rng.random()
         if u < 0.4:
             return f"{dst}.fill_({self._scalar(rng)})", None
@@ -533,7 +676,7 @@ class Program:
         else:
             src = rng.choice(self.names) if rng.random() < 0.7 else self._scalar(rng)
             yield self._in_place(rng, w, src)
-        for x in [r, a][:rng.choice([1, 2])]:
+        for x in [r, a][: rng.choice([1, 2])]:
             if x in self.names:
                 self._form = "read after a write through another view"
                 yield self._read(rng, env, x)
@@ -648,8 +791,7 @@ class Program:
             for line in self.lines[ninputs:]:
                 exec(line, env)
         self.tracking_failure = mode.failure
-        self.bounds = {n: (getattr(env[n], _SHADOW, None) if mode.failure is None else None)
-                       for n in self.names}
+        self.bounds = {n: (getattr(env[n], _SHADOW, None) if mode.failure is None else None) for n in self.names}
         return {n: env[n].cpu() for n in self.names}
 
 
@@ -672,8 +814,13 @@ def _written(line):
 
 
 def _same_storage(x, y):
-    return (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor) and x.numel() > 0 and y.numel() > 0
-            and x.untyped_storage().data_ptr() == y.untyped_storage().data_ptr())
+    return (
+        isinstance(x, torch.Tensor)
+        and isinstance(y, torch.Tensor)
+        and x.numel() > 0
+        and y.numel() > 0
+        and x.untyped_storage().data_ptr() == y.untyped_storage().data_ptr()
+    )
 
 
 def _has_extremes(t):
@@ -685,8 +832,14 @@ def _has_extremes(t):
 
 def _same_data(x, y):
     """Views of the same elements the same way (eager's copy_ skips those)."""
-    return (isinstance(y, torch.Tensor) and _same_storage(x, y) and x.storage_offset() == y.storage_offset()
-            and x.stride() == y.stride() and x.shape == y.shape and x.dtype == y.dtype)
+    return (
+        isinstance(y, torch.Tensor)
+        and _same_storage(x, y)
+        and x.storage_offset() == y.storage_offset()
+        and x.stride() == y.stride()
+        and x.shape == y.shape
+        and x.dtype == y.dtype
+    )
 
 
 def _bitwise_equal(x, y):
@@ -710,7 +863,7 @@ def _cast_is_undefined(line, env):
     if not src.dtype.is_floating_point or dst.is_floating_point or dst == torch.bool:
         return False
     v = src.double()
-    limit = 2.0 ** 63 if dst == torch.int64 else 2.0 ** 31
+    limit = 2.0**63 if dst == torch.int64 else 2.0**31
     return bool((~torch.isfinite(v) | (v >= limit) | (v < -limit)).any())
 
 
@@ -729,17 +882,66 @@ def _cast_is_undefined(line, env):
 
 OWN_ULPS = 8
 _SHADOW = "_kiln_error_bound"
-_STRUCTURAL = {"__getitem__", "transpose", "t", "narrow", "select", "unsqueeze", "squeeze", "expand", "expand_as",
-               "reshape", "view", "flatten", "permute", "contiguous", "clone", "diagonal"}
+_STRUCTURAL = {
+    "__getitem__",
+    "transpose",
+    "t",
+    "narrow",
+    "select",
+    "unsqueeze",
+    "squeeze",
+    "expand",
+    "expand_as",
+    "reshape",
+    "view",
+    "flatten",
+    "permute",
+    "contiguous",
+    "clone",
+    "diagonal",
+}
 _REDUCTIONS = {"sum", "amax", "max", "argmax", "any", "var", "logsumexp", "softmax", "log_softmax"}
-_NAMES = {"__add__": "add", "__radd__": "add", "__iadd__": "add", "__sub__": "sub", "__rsub__": "rsub",
-          "__mul__": "mul", "__rmul__": "mul", "__truediv__": "div", "__div__": "div", "__rtruediv__": "rdiv",
-          "__rdiv__": "rdiv", "__neg__": "neg", "__abs__": "abs"}
+_NAMES = {
+    "__add__": "add",
+    "__radd__": "add",
+    "__iadd__": "add",
+    "__sub__": "sub",
+    "__rsub__": "rsub",
+    "__mul__": "mul",
+    "__rmul__": "mul",
+    "__truediv__": "div",
+    "__div__": "div",
+    "__rtruediv__": "rdiv",
+    "__rdiv__": "rdiv",
+    "__neg__": "neg",
+    "__abs__": "abs",
+}
 # Results that are not a smooth function of the inputs: exact on both sides
 # (steps are only applied to exact values), so they carry no error.
-_NO_ERROR = {"lt", "le", "gt", "ge", "eq", "ne", "logical_and", "logical_or", "logical_xor", "logical_not",
-             "bitwise_not", "bitwise_and", "bitwise_or", "bitwise_xor", "isnan", "sign", "floor", "ceil", "round",
-             "trunc", "fill", "zero"}
+_NO_ERROR = {
+    "lt",
+    "le",
+    "gt",
+    "ge",
+    "eq",
+    "ne",
+    "logical_and",
+    "logical_or",
+    "logical_xor",
+    "logical_not",
+    "bitwise_not",
+    "bitwise_and",
+    "bitwise_or",
+    "bitwise_xor",
+    "isnan",
+    "sign",
+    "floor",
+    "ceil",
+    "round",
+    "trunc",
+    "fill",
+    "zero",
+}
 _INEXACT_OPS = set(UNARY_FLOAT) | {"atan2", "lerp", "addcmul", "addcdiv"}
 _LN2 = math.log(2.0)
 
@@ -828,12 +1030,22 @@ def _derivatives(op, values, y, kwargs):
         return [x[1].abs() / r2, x[0].abs() / r2]
     v = x[0]
     unary = {
-        "exp": lambda: y.abs(), "exp2": lambda: _LN2 * y.abs(), "expm1": lambda: (y + 1).abs(),
-        "log": lambda: 1 / v.abs(), "log1p": lambda: 1 / (1 + v).abs(), "sin": lambda: v.cos().abs(),
-        "cos": lambda: v.sin().abs(), "tanh": lambda: (1 - y * y).abs(), "sigmoid": lambda: (y * (1 - y)).abs(),
-        "erf": lambda: 2 / math.sqrt(math.pi) * torch.exp(-v * v), "atan": lambda: 1 / (1 + v * v),
-        "sqrt": lambda: 0.5 / y.abs(), "rsqrt": lambda: 0.5 * y.abs() ** 3, "reciprocal": lambda: y * y,
-        "asinh": lambda: 1 / torch.sqrt(1 + v * v), "square": lambda: 2 * v.abs(),
+        "exp": lambda: y.abs(),
+        "exp2": lambda: _LN2 * y.abs(),
+        "expm1": lambda: (y + 1).abs(),
+        "log": lambda: 1 / v.abs(),
+        "log1p": lambda: 1 / (1 + v).abs(),
+        "sin": lambda: v.cos().abs(),
+        "cos": lambda: v.sin().abs(),
+        "tanh": lambda: (1 - y * y).abs(),
+        "sigmoid": lambda: (y * (1 - y)).abs(),
+        "erf": lambda: 2 / math.sqrt(math.pi) * torch.exp(-v * v),
+        "atan": lambda: 1 / (1 + v * v),
+        "sqrt": lambda: 0.5 / y.abs(),
+        "rsqrt": lambda: 0.5 * y.abs() ** 3,
+        "reciprocal": lambda: y * y,
+        "asinh": lambda: 1 / torch.sqrt(1 + v * v),
+        "square": lambda: 2 * v.abs(),
     }
     if op not in unary:
         raise LookupError(f"no error rule for {op}")
@@ -842,10 +1054,24 @@ def _derivatives(op, values, y, kwargs):
 
 # Ops whose result is one of their operands.
 _SELECTIONS = {"maximum", "minimum", "clamp_min", "clamp_max", "clamp", "relu", "where"}
-_UNARY_F64 = {"exp": torch.exp, "exp2": torch.exp2, "expm1": torch.expm1, "log": torch.log, "log1p": torch.log1p,
-              "sin": torch.sin, "cos": torch.cos, "tanh": torch.tanh, "sigmoid": torch.sigmoid, "erf": torch.erf,
-              "atan": torch.atan, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt, "reciprocal": torch.reciprocal,
-              "asinh": torch.asinh, "square": torch.square}
+_UNARY_F64 = {
+    "exp": torch.exp,
+    "exp2": torch.exp2,
+    "expm1": torch.expm1,
+    "log": torch.log,
+    "log1p": torch.log1p,
+    "sin": torch.sin,
+    "cos": torch.cos,
+    "tanh": torch.tanh,
+    "sigmoid": torch.sigmoid,
+    "erf": torch.erf,
+    "atan": torch.atan,
+    "sqrt": torch.sqrt,
+    "rsqrt": torch.rsqrt,
+    "reciprocal": torch.reciprocal,
+    "asinh": torch.asinh,
+    "square": torch.square,
+}
 
 
 def _fused_term(op, values, kwargs):
@@ -866,8 +1092,10 @@ def _singular(op, values, errs, shape):
     divisor that may be 0, atan2 at the origin or on its cut. There the
     result is undetermined."""
     out = torch.zeros(shape, dtype=torch.bool)
-    ambiguous = [torch.zeros((), dtype=torch.bool) if e is None else ((e > 0) & (e >= v.abs())).expand(shape)
-                 for v, e in zip(values, errs)]
+    ambiguous = [
+        torch.zeros((), dtype=torch.bool) if e is None else ((e > 0) & (e >= v.abs())).expand(shape)
+        for v, e in zip(values, errs)
+    ]
     divisor = {"div": 1, "rdiv": 0, "addcdiv": 2}.get(op)
     if divisor is not None and divisor < len(values):
         out = out | ambiguous[divisor]
@@ -932,9 +1160,12 @@ def _pointwise(op, operands, values, result, kwargs, overlapping=False):
         undetermined = torch.zeros(shape, dtype=torch.bool)
         if any(e is not None and bool((e > 0).any()) for e in errs):
             if derivatives is None:
-                derivatives = [None if d is None else torch.nan_to_num(
-                    torch.as_tensor(d, dtype=torch.float64).abs(), nan=math.inf, posinf=math.inf)
-                    for d in _derivatives(op, values, y, kwargs)]
+                derivatives = [
+                    None
+                    if d is None
+                    else torch.nan_to_num(torch.as_tensor(d, dtype=torch.float64).abs(), nan=math.inf, posinf=math.inf)
+                    for d in _derivatives(op, values, y, kwargs)
+                ]
             for i, (d, e) in enumerate(zip(derivatives, errs)):
                 if d is None or e is None:
                     continue
@@ -947,13 +1178,15 @@ def _pointwise(op, operands, values, result, kwargs, overlapping=False):
                     f, x = _UNARY_F64[op], values[0]
                     fx, lo, hi = f(x), f(x - e), f(x + e)
                     ends = torch.maximum((hi - fx).abs(), (lo - fx).abs())
-                    same = ((torch.isfinite(fx) & torch.isfinite(lo) & torch.isfinite(hi))
-                            | ((lo == fx) & (hi == fx)))  # one class (finite, or the same infinity) across it
+                    same = (torch.isfinite(fx) & torch.isfinite(lo) & torch.isfinite(hi)) | (
+                        (lo == fx) & (hi == fx)
+                    )  # one class (finite, or the same infinity) across it
                     undetermined = undetermined | ((e > 0) & ~same).expand(shape)
                     spread = torch.maximum(spread, ends)
                 # 0 * inf, nan: an undetermined input stays undetermined
-                err = err + torch.nan_to_num(torch.where(e > 0, spread, 0.0), nan=math.inf,
-                                             posinf=math.inf).expand(shape)
+                err = err + torch.nan_to_num(torch.where(e > 0, spread, 0.0), nan=math.inf, posinf=math.inf).expand(
+                    shape
+                )
             singular = _singular(op, values, errs, shape)
             undetermined = undetermined | singular
             err = torch.where(singular, math.inf, err)
@@ -1045,8 +1278,7 @@ class _ErrorTracking(TorchFunctionMode):
         in_place = (name.endswith("_") and not name.endswith("__")) or "out" in kwargs
         before = None
         if in_place and self.failure is None:  # the operands' values before the write
-            before = {id(t): _f64(t).clone() for t in pytree.tree_leaves((args, kwargs))
-                      if isinstance(t, torch.Tensor)}
+            before = {id(t): _f64(t).clone() for t in pytree.tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)}
         out = func(*args, **kwargs)
         if self.failure is None:
             try:
@@ -1099,7 +1331,7 @@ class _ErrorTracking(TorchFunctionMode):
         if name in _STRUCTURAL or op in _STRUCTURAL or views:
             shadows = []
             for k in range(3):
-                sub = lambda x: getattr(x, _SHADOW)[k] if isinstance(x, torch.Tensor) else x  # noqa: E731
+                sub = lambda x: getattr(x, _SHADOW)[k] if isinstance(x, torch.Tensor) else x  # noqa: E731, B023 - tree_map calls it in this iteration
                 s = func(*pytree.tree_map(sub, args), **pytree.tree_map(sub, kwargs))
                 if s.shape != out.shape:
                     raise LookupError(f"{name}: the bounds do not follow the shape")

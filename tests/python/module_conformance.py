@@ -23,6 +23,7 @@ Run directly to rewrite the module section of docs/conformance.md:
                                               [--write docs/conformance.md]
 (--noncontiguous, which the test does not run: every input a strided view.)
 """
+
 import argparse
 import collections
 import copy
@@ -141,8 +142,11 @@ def _grad_names(module, args, kwargs):
 def _grad_weights(outputs, index):
     """A fixed random tensor per differentiable floating output (seeded by the sample's index)."""
     g = torch.Generator().manual_seed(1000 + index)
-    return [torch.randn(o.shape, generator=g, dtype=o.dtype)
-            for o in _tensors(outputs) if o.requires_grad and o.is_floating_point()]
+    return [
+        torch.randn(o.shape, generator=g, dtype=o.dtype)
+        for o in _tensors(outputs)
+        if o.requires_grad and o.is_floating_point()
+    ]
 
 
 def _build(module_info, sample):
@@ -206,7 +210,8 @@ def check_sample(module_info, sample, index, device):
                 _forward(cpu_module, *_fresh(inputs, "cpu"))
         if _is_random(cpu_module, *inputs):
             return "skip", "random: the CPU output depends on the seed" + (
-                f" (after setting p=0 on {zeroed} dropout submodule(s))" if zeroed else "")
+                f" (after setting p=0 on {zeroed} dropout submodule(s))" if zeroed else ""
+            )
         torch.manual_seed(0)
         expected = _forward(cpu_module, args, kwargs)
         weights = _grad_weights(expected, index)
@@ -234,12 +239,18 @@ def check_sample(module_info, sample, index, device):
         if cpu_error is not None and stage == ("forward" if weights is None else "backward"):
             return "pass", f"raises on CPU and on the device in the {stage} ({_first_line(cpu_error)})"
         if cpu_error is not None:
-            return "fail", f"device raised in the {stage} {_first_line(e)}, CPU in the " \
-                           f"{'forward' if weights is None else 'backward'} ({_first_line(cpu_error)})"
+            return (
+                "fail",
+                f"device raised in the {stage} {_first_line(e)}, CPU in the "
+                f"{'forward' if weights is None else 'backward'} ({_first_line(cpu_error)})",
+            )
         return "fail", f"device raised in the {stage} {_first_line(e)}"
     if cpu_error is not None:
-        return "fail", f"CPU raised in the {'forward' if weights is None else 'backward'} but the device did not " \
-                       f"({_first_line(cpu_error)})"
+        return (
+            "fail",
+            f"CPU raised in the {'forward' if weights is None else 'backward'} but the device did not "
+            f"({_first_line(cpu_error)})",
+        )
     try:
         _check_placement(actual, device, "forward output")
         _compare(_map(lambda t: t.cpu(), actual), expected, "forward output")
@@ -254,8 +265,10 @@ def check_sample(module_info, sample, index, device):
         if expected_grads is not None:
             for name, a, e in zip(_grad_names(cpu_module, args, kwargs), actual_grads, expected_grads):
                 if (a is None) != (e is None):
-                    raise _Mismatch(f"grad of {name}: {'None' if a is None else 'a tensor'} on the device, "
-                                    f"{'None' if e is None else 'a tensor'} on CPU")
+                    raise _Mismatch(
+                        f"grad of {name}: {'None' if a is None else 'a tensor'} on the device, "
+                        f"{'None' if e is None else 'a tensor'} on CPU"
+                    )
                 if a is not None:
                     _check_placement(a, device, f"grad of {name}")
                     _compare(a.cpu(), e, f"grad of {name}")
@@ -272,8 +285,9 @@ def check_module(module_info, mode, device):
     failures = []
     torch.manual_seed(0)
     try:
-        samples = list(module_info.module_inputs_func(module_info, device="cpu", dtype=DTYPE,
-                                                      requires_grad=True, training=True))
+        samples = list(
+            module_info.module_inputs_func(module_info, device="cpu", dtype=DTYPE, requires_grad=True, training=True)
+        )
     except Exception as e:
         return Result(mode, module_info.name, 0, 0, 1, {f"skip: samples cannot be built: {_first_line(e)}": 1}, [])
     for index, sample in enumerate(samples):
@@ -300,8 +314,10 @@ def _counters():
 
 
 def _difference(after, before):
-    return {g: {k: v - before.get(g, {}).get(k, 0) for k, v in c.items() if v != before.get(g, {}).get(k, 0)}
-            for g, c in after.items()}
+    return {
+        g: {k: v - before.get(g, {}).get(k, 0) for k, v in c.items() if v != before.get(g, {}).get(k, 0)}
+        for g, c in after.items()
+    }
 
 
 def run(module_names=None, modes=MODES, log=None, metrics=None):
@@ -334,13 +350,22 @@ def _run_modes(infos, modes, device, results, log, metrics):
             try:
                 r = check_module(info, mode, device)
             except Exception as e:  # a harness problem must not stop the run
-                r = Result(mode, info.name, 0, 1, 0, {f"fail: harness error {_first_line(e)}": 1},
-                           [(-1, "", f"harness error {_first_line(e)}")])
+                r = Result(
+                    mode,
+                    info.name,
+                    0,
+                    1,
+                    0,
+                    {f"fail: harness error {_first_line(e)}": 1},
+                    [(-1, "", f"harness error {_first_line(e)}")],
+                )
                 traceback.print_exc()
             results.append(r)
             if log:
-                log(f"[{mode} {i + 1}/{len(infos)}] {r.module}: {r.passed} passed, {r.failed} failed, "
-                    f"{r.skipped} skipped ({time.time() - start:.1f}s)")
+                log(
+                    f"[{mode} {i + 1}/{len(infos)}] {r.module}: {r.passed} passed, {r.failed} failed, "
+                    f"{r.skipped} skipped ({time.time() - start:.1f}s)"
+                )
         getattr(torch, device).synchronize()
         if metrics is not None:
             metrics[mode] = _difference(_counters(), before)
@@ -366,43 +391,61 @@ def _what_ran(metrics, mode):
     copies = sum(v for k, v in launches.items() if k.startswith("copy"))
     fallbacks = c.get("fallbacks", {})
     top = ", ".join(f"`{k}` ({v})" for k, v in sorted(fallbacks.items(), key=lambda kv: -kv[1]))
-    return (f"| {mode} | {sum(launches.values())} | {fused} | {sum(c.get('library_kernels', {}).values())} | "
-            f"{copies} | {sum(fallbacks.values())}: {top or 'none'} |")
+    return (
+        f"| {mode} | {sum(launches.values())} | {fused} | {sum(c.get('library_kernels', {}).values())} | "
+        f"{copies} | {sum(fallbacks.values())}: {top or 'none'} |"
+    )
 
 
 def markdown(results, elapsed_s, metrics=None):
     modes = [m for m in MODES if any(r.mode == m for r in results)]
-    lines = ["# Module conformance", "",
-             f"Generated by `tests/python/module_conformance.py` (run by `make test`) on "
-             f"{datetime.date.today().isoformat()} with torch {torch.__version__}, in {elapsed_s:.0f} s.", "",
-             "Every ModuleInfo in `torch.testing._internal.common_modules.module_db` (lazy modules included) is "
-             "run on every sample of its `module_inputs_func` (float32, training mode), in each kiln mode: "
-             "the module is built on CPU (seeded) and deep-copied to the device; the forward runs on both with "
-             "the same inputs, then `torch.autograd.grad` of the sum of every differentiable floating output "
-             "weighted by a fixed random tensor. Compared with CPU (atol=%g, rtol=%g): every tensor of the "
-             "nested outputs, every buffer after the forward, and the gradient of every parameter and of "
-             "every input that requires grad. A sample that raises on CPU passes when it raises on the device "
-             "too. Dropout submodules get p=0 (the device's generator is not CPU's); a sample whose CPU "
-             "output still depends on the seed is skipped. No module or sample is left out: PyTorch's own "
-             "TestModule.test_cpu_gpu_parity skips `nn.KLDivLoss` and `nn.GroupNorm` (CUDA issues) and lazy "
-             "modules; all three kinds run here. Inputs are contiguous, as module_db builds them "
-             "(`module_conformance.py --noncontiguous` runs every input as a strided view; the test does not)."
-             % (ATOL, RTOL),
-             "", "## Totals", "", "| mode | samples | passed | failed | skipped | pass rate |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "# Module conformance",
+        "",
+        f"Generated by `tests/python/module_conformance.py` (run by `make test`) on "
+        f"{datetime.date.today().isoformat()} with torch {torch.__version__}, in {elapsed_s:.0f} s.",
+        "",
+        "Every ModuleInfo in `torch.testing._internal.common_modules.module_db` (lazy modules included) is "
+        "run on every sample of its `module_inputs_func` (float32, training mode), in each kiln mode: "
+        "the module is built on CPU (seeded) and deep-copied to the device; the forward runs on both with "
+        "the same inputs, then `torch.autograd.grad` of the sum of every differentiable floating output "
+        "weighted by a fixed random tensor. Compared with CPU (atol=%g, rtol=%g): every tensor of the "
+        "nested outputs, every buffer after the forward, and the gradient of every parameter and of "
+        "every input that requires grad. A sample that raises on CPU passes when it raises on the device "
+        "too. Dropout submodules get p=0 (the device's generator is not CPU's); a sample whose CPU "
+        "output still depends on the seed is skipped. No module or sample is left out: PyTorch's own "
+        "TestModule.test_cpu_gpu_parity skips `nn.KLDivLoss` and `nn.GroupNorm` (CUDA issues) and lazy "
+        "modules; all three kinds run here. Inputs are contiguous, as module_db builds them "
+        "(`module_conformance.py --noncontiguous` runs every input as a strided view; the test does not)."
+        % (ATOL, RTOL),
+        "",
+        "## Totals",
+        "",
+        "| mode | samples | passed | failed | skipped | pass rate |",
+        "|---|---|---|---|---|---|",
+    ]
     for mode in modes:
         p, f, s = totals(results, mode)
         lines.append(f"| {mode} | {p + f} | {p} | {f} | {s} | {100.0 * p / max(1, p + f):.2f}% |")
     if metrics:
-        lines += ["", "What ran on the device, from kiln.metrics over each mode's run: launches (of which fused: "
-                  "kernels kiln compiled; copies: host<->device and device<->device), library-kernel calls (an "
-                  "op run as its CPU kernel over device memory) and host fallbacks (ops without a meta kernel, "
-                  "run on the host after the queue is drained).", "",
-                  "| mode | launches | fused kernels | library kernels | copies | host fallbacks |",
-                  "|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "What ran on the device, from kiln.metrics over each mode's run: launches (of which fused: "
+            "kernels kiln compiled; copies: host<->device and device<->device), library-kernel calls (an "
+            "op run as its CPU kernel over device memory) and host fallbacks (ops without a meta kernel, "
+            "run on the host after the queue is drained).",
+            "",
+            "| mode | launches | fused kernels | library kernels | copies | host fallbacks |",
+            "|---|---|---|---|---|---|",
+        ]
         lines += [_what_ran(metrics, m) for m in modes if m in metrics]
-    lines += ["", "## Failures", "", "| mode | module | sample | desc | reason | explanation |",
-              "|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "## Failures",
+        "",
+        "| mode | module | sample | desc | reason | explanation |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in results:
         for index, desc, reason in r.failures:
             why = EXPLANATIONS.get((r.module, desc), "**NOT EXPLAINED**")
@@ -420,16 +463,24 @@ def markdown(results, elapsed_s, metrics=None):
         lines.append(f"- `{module}` ({mode}), {count} sample(s): {note[6:]}")
     if not skips:
         lines.append("None.")
-    lines += ["", "## Per module", "", "| module | " + " | ".join(f"{m}: passed / failed / skipped" for m in modes)
-              + " | notes |", "|---|" + "---|" * (len(modes) + 1)]
+    lines += [
+        "",
+        "## Per module",
+        "",
+        "| module | " + " | ".join(f"{m}: passed / failed / skipped" for m in modes) + " | notes |",
+        "|---|" + "---|" * (len(modes) + 1),
+    ]
     by_module = collections.OrderedDict()
     for r in results:
         by_module.setdefault(r.module, {})[r.mode] = r
     for module, per_mode in by_module.items():
-        cells = [f"{per_mode[m].passed} / {per_mode[m].failed} / {per_mode[m].skipped}" if m in per_mode else "-"
-                 for m in modes]
-        notes = sorted({f"{m}: {n} ({c})" for m, r in per_mode.items() for n, c in r.notes.items()
-                        if n.startswith("pass")})
+        cells = [
+            f"{per_mode[m].passed} / {per_mode[m].failed} / {per_mode[m].skipped}" if m in per_mode else "-"
+            for m in modes
+        ]
+        notes = sorted(
+            {f"{m}: {n} ({c})" for m, r in per_mode.items() for n, c in r.notes.items() if n.startswith("pass")}
+        )
         lines.append(f"| `{module}` | " + " | ".join(cells) + " | " + "; ".join(notes) + " |")
     return "\n".join(lines) + "\n"
 
@@ -439,8 +490,11 @@ def main(argv=None):
     parser.add_argument("--modules", help="comma-separated ModuleInfo names, e.g. nn.Linear (default: all)")
     parser.add_argument("--modes", default=",".join(MODES), help="comma-separated kiln modes")
     parser.add_argument("--write", help="rewrite the module section of this markdown report")
-    parser.add_argument("--noncontiguous", action="store_true",
-                        help="make every input a strided view (on CPU and on the device); not what the test runs")
+    parser.add_argument(
+        "--noncontiguous",
+        action="store_true",
+        help="make every input a strided view (on CPU and on the device); not what the test runs",
+    )
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
     import kiln  # noqa: F401  (autoload does this too)
@@ -453,8 +507,12 @@ def main(argv=None):
     start = time.time()
     names = set(args.modules.split(",")) if args.modules else None
     metrics = {}
-    results = run(names, modes=tuple(args.modes.split(",")),
-                  log=None if args.quiet else lambda m: print(m, flush=True), metrics=metrics)
+    results = run(
+        names,
+        modes=tuple(args.modes.split(",")),
+        log=None if args.quiet else lambda m: print(m, flush=True),
+        metrics=metrics,
+    )
     elapsed = time.time() - start
     for mode in args.modes.split(","):
         p, f, s = totals(results, mode)

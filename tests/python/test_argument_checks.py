@@ -5,6 +5,7 @@ device, in both modes, whether or not an earlier call of the op with the
 same shapes passed. Plus the values lazy kernels must compute like eager's
 at the edges the extended differential test found (NaN clamp bounds, -0.0,
 FMA contraction, operands rounded to the common dtype)."""
+
 import pytest
 import torch
 
@@ -21,8 +22,10 @@ def on(device, make):
 REFUSED = [
     ("in-place write broadcast larger", lambda to: lambda: to(torch.zeros(2)).clamp_min_(to(torch.ones(2, 2)))),
     ("in-place mul broadcast larger", lambda to: lambda: to(torch.zeros(1, 5)).mul_(to(torch.ones(5, 1)))),
-    ("out= is an input and would grow",
-     lambda to: (lambda a, b: lambda: torch.maximum(a, b, out=a))(to(torch.zeros(1, 1)), to(torch.zeros(1, 1, 1)))),
+    (
+        "out= is an input and would grow",
+        lambda to: (lambda a, b: lambda: torch.maximum(a, b, out=a))(to(torch.zeros(1, 1)), to(torch.zeros(1, 1, 1))),
+    ),
     ("bool minus bool", lambda to: lambda: to(torch.zeros(3, dtype=torch.bool)) - True),
     ("floor of bool", lambda to: lambda: torch.floor(to(torch.zeros(3, dtype=torch.bool)))),
     ("abs of bool", lambda to: lambda: torch.abs(to(torch.zeros(3, dtype=torch.bool)))),
@@ -33,8 +36,10 @@ REFUSED = [
     ("half clamp bound beyond its range", lambda to: lambda: to(torch.zeros(3, dtype=torch.half)).clamp_min_(1e20)),
     ("float add with bool alpha", lambda to: lambda: torch.add(to(torch.zeros(3)), to(torch.zeros(3)), alpha=True)),
     ("max over an empty dim", lambda to: lambda: to(torch.zeros(4, 0)).max(dim=1)),
-    ("copy_ of empty tensors that do not broadcast",
-     lambda to: lambda: to(torch.zeros(0, 5)).copy_(to(torch.zeros(0, 3)))),
+    (
+        "copy_ of empty tensors that do not broadcast",
+        lambda to: lambda: to(torch.zeros(0, 5)).copy_(to(torch.zeros(0, 3))),
+    ),
 ]
 
 
@@ -146,15 +151,21 @@ def close_bits(got, want):
     assert got.dtype == want.dtype and got.shape == want.shape
     nan = torch.isnan(want)
     assert torch.equal(torch.isnan(got), nan)
-    assert torch.equal(got[~nan], want[~nan]) and torch.equal(torch.signbit(got[~nan]), torch.signbit(want[~nan])), \
-        (got, want)
+    assert torch.equal(got[~nan], want[~nan]) and torch.equal(torch.signbit(got[~nan]), torch.signbit(want[~nan])), (
+        got,
+        want,
+    )
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
 def test_clamp_with_a_nan_scalar_bound_is_nan(mode, dtype):
     x = torch.tensor([-1.0, 0.5, 2.0], dtype=dtype)
-    for f in [lambda t: t.clamp_min(float("nan")), lambda t: t.clone().clamp_max_(float("nan")),
-              lambda t: torch.clamp(t, min=0.0, max=float("nan")), lambda t: torch.clamp(t, min=float("nan"))]:
+    for f in [
+        lambda t: t.clamp_min(float("nan")),
+        lambda t: t.clone().clamp_max_(float("nan")),
+        lambda t: torch.clamp(t, min=0.0, max=float("nan")),
+        lambda t: torch.clamp(t, min=float("nan")),
+    ]:
         close_bits(f(x.to(DEVICE)), f(x))
 
 
@@ -230,6 +241,7 @@ def test_write_through_an_empty_expanded_view_beside_a_reduction(mode):
     """Seed 73311: an in-place op on an empty expanded view fused with an
     argmax over the expanded dim made invalid kernel IR (a store at one
     address along the reduced dim). Empty or not, such writes are not traced."""
+
     def run(device):
         x = torch.zeros(7, 0, dtype=torch.float64, device=device).unsqueeze(0).expand(2, 7, 0)
         s = torch.tensor([0.5], dtype=torch.float64, device=device)
@@ -237,6 +249,7 @@ def test_write_through_an_empty_expanded_view_beside_a_reduction(mode):
         lse = torch.logsumexp(s, dim=0)
         x.div_(m)
         return lse, m.argmax(dim=0, keepdim=True)
+
     (lse, idx), (want_lse, want_idx) = run(DEVICE), run("cpu")
     sync()
     close_bits(lse, want_lse)

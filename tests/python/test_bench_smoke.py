@@ -1,4 +1,5 @@
 """`make bench` runs: every workload gets a row for every contender (a number or a reason)."""
+
 import json
 import os
 import sys

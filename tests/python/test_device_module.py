@@ -1,5 +1,6 @@
 """torch.<device> offers what torch.cuda scripts reach for, and behaves as
 torch.cuda does, bad device indices included."""
+
 import pytest
 import torch
 

@@ -1,11 +1,24 @@
 """Eager semantics on the device: copies, views, in-place, dtypes, out=, errors."""
+
 import pytest
 import torch
 
 from conftest import DEVICE, run_python
 
-ALL_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8,
-              torch.int16, torch.int32, torch.int64, torch.bool, torch.complex64, torch.complex128]
+ALL_DTYPES = [
+    torch.float32,
+    torch.float64,
+    torch.float16,
+    torch.bfloat16,
+    torch.int8,
+    torch.uint8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.bool,
+    torch.complex64,
+    torch.complex128,
+]
 
 
 def rand(shape, dtype, seed=0):
@@ -13,12 +26,16 @@ def rand(shape, dtype, seed=0):
     if dtype == torch.bool:
         return torch.randint(0, 2, shape, generator=g).bool()
     if dtype.is_complex or dtype.is_floating_point:
-        return torch.randn(shape, generator=g).to(dtype) if not dtype.is_complex else \
-            torch.randn(shape, generator=g, dtype=dtype)
+        return (
+            torch.randn(shape, generator=g).to(dtype)
+            if not dtype.is_complex
+            else torch.randn(shape, generator=g, dtype=dtype)
+        )
     return torch.randint(-5 if dtype != torch.uint8 else 0, 100, shape, generator=g).to(dtype)
 
 
 # ---------------------------------------------------------------- copies
+
 
 @pytest.mark.parametrize("dtype", ALL_DTYPES)
 def test_round_trip_every_dtype(dev, dtype):
@@ -28,14 +45,18 @@ def test_round_trip_every_dtype(dev, dtype):
     assert torch.equal(y.cpu(), x)
 
 
-@pytest.mark.parametrize("make", [
-    lambda: torch.arange(24.).reshape(4, 6).t(),                 # non-contiguous
-    lambda: torch.arange(40.).reshape(5, 8)[::2, 1::3],          # strided with offset
-    lambda: torch.arange(10.)[3:7],                              # offset
-    lambda: torch.arange(3.).reshape(3, 1).expand(3, 5),         # stride 0
-    lambda: torch.empty(0, 3),                                   # empty
-    lambda: torch.tensor(3.5),                                   # 0-dim
-], ids=["transposed", "strided", "offset", "broadcast", "empty", "0-dim"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: torch.arange(24.0).reshape(4, 6).t(),  # non-contiguous
+        lambda: torch.arange(40.0).reshape(5, 8)[::2, 1::3],  # strided with offset
+        lambda: torch.arange(10.0)[3:7],  # offset
+        lambda: torch.arange(3.0).reshape(3, 1).expand(3, 5),  # stride 0
+        lambda: torch.empty(0, 3),  # empty
+        lambda: torch.tensor(3.5),  # 0-dim
+    ],
+    ids=["transposed", "strided", "offset", "broadcast", "empty", "0-dim"],
+)
 def test_copies_both_ways(dev, make):
     x = make()
     y = x.to(dev)
@@ -68,34 +89,46 @@ def test_host_source_may_change_after_copy(dev):
 def test_cross_device_copy():
     if torch.accelerator.device_count() < 2:
         pytest.skip("needs 2 devices")
-    a = torch.arange(6.).to(f"{DEVICE}:0") * 2
+    a = torch.arange(6.0).to(f"{DEVICE}:0") * 2
     b = a.to(f"{DEVICE}:1")
     assert b.device.index == 1
-    assert torch.equal(b.cpu(), torch.arange(6.) * 2)
+    assert torch.equal(b.cpu(), torch.arange(6.0) * 2)
 
 
 # ---------------------------------------------------------------- views and in-place
 
+
 def test_inplace_on_strided_view_changes_base(dev):
-    x = torch.arange(8.).to(dev)
+    x = torch.arange(8.0).to(dev)
     x[::2].mul_(2)
-    expected = torch.arange(8.)
+    expected = torch.arange(8.0)
     expected[::2] *= 2
     assert torch.equal(x.cpu(), expected)
 
 
 def test_inplace_on_transpose_changes_base(dev):
-    x = torch.arange(6.).reshape(2, 3).to(dev)
+    x = torch.arange(6.0).reshape(2, 3).to(dev)
     y = x.t()
     y.add_(1)
-    assert torch.equal(x.cpu(), torch.arange(6.).reshape(2, 3) + 1)
+    assert torch.equal(x.cpu(), torch.arange(6.0).reshape(2, 3) + 1)
 
 
 def test_views_alias_device_storage(dev):
-    x = torch.arange(24.).to(dev)
-    views = [x.view(4, 6), x.reshape(2, 12), x.view(4, 6).transpose(0, 1), x[5:9], x.view(2, 3, 4).permute(2, 0, 1),
-             x.unfold(0, 4, 2), x.as_strided((3, 3), (4, 1), 2), x.view(4, 6).select(1, 2), x.unsqueeze(0).expand(3, 24),
-             x.view(2, 12).narrow(1, 3, 4), x.view(4, 6).diagonal(), x.view(torch.int32)]
+    x = torch.arange(24.0).to(dev)
+    views = [
+        x.view(4, 6),
+        x.reshape(2, 12),
+        x.view(4, 6).transpose(0, 1),
+        x[5:9],
+        x.view(2, 3, 4).permute(2, 0, 1),
+        x.unfold(0, 4, 2),
+        x.as_strided((3, 3), (4, 1), 2),
+        x.view(4, 6).select(1, 2),
+        x.unsqueeze(0).expand(3, 24),
+        x.view(2, 12).narrow(1, 3, 4),
+        x.view(4, 6).diagonal(),
+        x.view(torch.int32),
+    ]
     for v in views:
         assert v.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
     x.view(4, 6)[1, 2] = -1
@@ -104,15 +137,16 @@ def test_views_alias_device_storage(dev):
 
 def test_view_ops_are_not_fallbacks(dev):
     import kiln
+
     kiln.metrics.reset()
-    x = torch.arange(24.).to(dev)
+    x = torch.arange(24.0).to(dev)
     x.unfold(0, 4, 2).sum().item()
     x.view(4, 6).t().contiguous().cpu()
     assert kiln.metrics.counters()["fallbacks"] == {}
 
 
 def test_add_into_overlapping_view(dev):
-    x = torch.arange(6.)
+    x = torch.arange(6.0)
     y = x.to(dev)
     x[1:].add_(x[:-1].clone())
     y[1:].add_(y[:-1].clone())
@@ -123,14 +157,14 @@ def test_zero_dim_and_scalars(dev):
     a = torch.tensor(2.5, device=dev)
     assert a.dim() == 0
     assert (a * 2).item() == 5.0
-    assert (a + torch.tensor(1.0)).item() == 3.5   # CPU 0-dim tensor acts as a scalar
+    assert (a + torch.tensor(1.0)).item() == 3.5  # CPU 0-dim tensor acts as a scalar
     assert float(a) == 2.5 and bool(a > 2)
 
 
 def test_type_promotion(dev):
     i = torch.arange(5, dtype=torch.int32)
     f = torch.linspace(0, 1, 5, dtype=torch.float16)
-    for a, b in [(i, f), (i, 2.5), (f, torch.arange(5.).double()), (i.bool(), i)]:
+    for a, b in [(i, f), (i, 2.5), (f, torch.arange(5.0).double()), (i.bool(), i)]:
         expected = a + b
         actual = a.to(dev) + (b.to(dev) if isinstance(b, torch.Tensor) else b)
         assert actual.dtype == expected.dtype
@@ -142,8 +176,12 @@ def test_ops_every_dtype(dev, dtype):
     x = rand((4, 5), dtype, 1)
     y = rand((4, 5), dtype, 2)
     d = x.to(dev), y.to(dev)
-    ops = [lambda a, b: a == b, lambda a, b: torch.cat([a, b]), lambda a, b: a.flip(0),
-           lambda a, b: torch.where(a == b, a, b)]
+    ops = [
+        lambda a, b: a == b,
+        lambda a, b: torch.cat([a, b]),
+        lambda a, b: a.flip(0),
+        lambda a, b: torch.where(a == b, a, b),
+    ]
     if dtype != torch.bool:
         ops += [lambda a, b: a + b, lambda a, b: a * b, lambda a, b: a.sum(1)]
     for op in ops:
@@ -170,7 +208,7 @@ def test_out_variants(dev):
 
 
 def test_data_dependent_ops(dev):
-    x = torch.tensor([0., 1., 0., 3., -2.])
+    x = torch.tensor([0.0, 1.0, 0.0, 3.0, -2.0])
     d = x.to(dev)
     assert torch.equal(torch.nonzero(d).cpu(), torch.nonzero(x))
     assert torch.equal(d[d > 0].cpu(), x[x > 0])
@@ -178,7 +216,7 @@ def test_data_dependent_ops(dev):
 
 
 def test_indexing_with_cpu_indices(dev):
-    x = torch.arange(10.)
+    x = torch.arange(10.0)
     idx = torch.tensor([1, 3, 5])
     assert torch.equal(x.to(dev)[idx].cpu(), x[idx])
     y = x.to(dev)
@@ -195,6 +233,7 @@ def test_printing(dev):
 
 # ---------------------------------------------------------------- errors
 
+
 def test_out_of_memory_then_usable(dev):
     mod = getattr(torch, DEVICE)
     capacity = mod.mem_get_info()[1]
@@ -210,8 +249,9 @@ def test_out_of_memory_then_usable(dev):
 # these tests warm the op first: only errors that depend on data are left
 # to the launch, and arrive at the next sync with eager's exception type.
 
+
 def test_async_error_surfaces_at_sync_naming_op(dev):
-    x = torch.arange(5.).to(dev)
+    x = torch.arange(5.0).to(dev)
     x[torch.tensor([0, 1]).to(dev)]
     bad = torch.tensor([0, 10]).to(dev)
     y = x[bad]  # index out of range: raised by the launch, not here
@@ -223,7 +263,7 @@ def test_async_error_surfaces_at_sync_naming_op(dev):
 
 
 def test_async_error_surfaces_at_item(dev):
-    x = torch.arange(5.).to(dev)
+    x = torch.arange(5.0).to(dev)
     torch.index_select(x, 0, torch.tensor([1]).to(dev))
     torch.index_select(x, 0, torch.tensor([7]).to(dev))
     with pytest.raises(IndexError, match="index_select"):
@@ -275,6 +315,7 @@ def test_shape_error_is_eager(dev):
 
 
 # ---------------------------------------------------------------- device module and integration
+
 
 def test_device_module(dev):
     mod = getattr(torch, DEVICE)
@@ -371,10 +412,10 @@ def test_autocast(dev):
     b = torch.randn(8, 8, device=dev)
     for dtype in (torch.bfloat16, torch.float16):
         with torch.autocast(device_type=DEVICE, dtype=dtype):
-            c = a @ b           # lower-precision policy
-            s = torch.exp(c)    # fp32 policy
+            c = a @ b  # lower-precision policy
+            s = torch.exp(c)  # fp32 policy
         assert c.dtype == dtype
-        expected = (a.cpu().to(dtype) @ b.cpu().to(dtype))
+        expected = a.cpu().to(dtype) @ b.cpu().to(dtype)
         assert torch.equal(c.cpu(), expected)
         assert s.dtype == torch.float32
 
@@ -414,7 +455,7 @@ def test_inplace_on_views_at_different_offsets(dev):
         d.narrow(0, k, 1).add_(k + 1)
     assert torch.equal(d.cpu(), x)
     for k in range(3):
-        v, w = d[k:k + 1], x[k:k + 1]
+        v, w = d[k : k + 1], x[k : k + 1]
         v.squeeze_(0)
         w.squeeze_(0)
         assert v.storage_offset() == w.storage_offset() and torch.equal(v.cpu(), w)

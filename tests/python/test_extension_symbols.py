@@ -1,5 +1,6 @@
 """LLVM is linked statically and hidden: another LLVM in the process (numba,
 a second extension) must never bind to kiln's copy, nor kiln to theirs."""
+
 import shutil
 import subprocess
 

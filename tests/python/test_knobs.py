@@ -1,18 +1,28 @@
 """Knobs: validation at import, unknown-variable warnings, the CLI and docs/knobs.md."""
+
 import os
-import sys
 import subprocess
+import sys
 
 import pytest
 
 from conftest import REPO, run_python
 
 BAD_VALUES = [
-    ("KILN_DEVICE_COUNT", "abc"), ("KILN_DEVICE_COUNT", "0"), ("KILN_DEVICE_COUNT", "-1"), ("KILN_DEVICE_COUNT", "99"),
-    ("KILN_DEVICE_MEMORY_MB", "lots"), ("KILN_DEVICE_MEMORY_MB", "0"),
-    ("KILN_LAUNCH_BLOCKING", "yes"), ("KILN_FALLBACK", "loud"), ("KILN_METRICS", "2"),
-    ("KILN_LOG", "everything"), ("KILN_DEVICE_NAME", "Bad Name"), ("KILN_DEVICE_NAME", "cuda"),
-    ("KILN_STREAM_MIN_MB", "-1"), ("KILN_STREAM_MIN_MB", "8MB"),
+    ("KILN_DEVICE_COUNT", "abc"),
+    ("KILN_DEVICE_COUNT", "0"),
+    ("KILN_DEVICE_COUNT", "-1"),
+    ("KILN_DEVICE_COUNT", "99"),
+    ("KILN_DEVICE_MEMORY_MB", "lots"),
+    ("KILN_DEVICE_MEMORY_MB", "0"),
+    ("KILN_LAUNCH_BLOCKING", "yes"),
+    ("KILN_FALLBACK", "loud"),
+    ("KILN_METRICS", "2"),
+    ("KILN_LOG", "everything"),
+    ("KILN_DEVICE_NAME", "Bad Name"),
+    ("KILN_DEVICE_NAME", "cuda"),
+    ("KILN_STREAM_MIN_MB", "-1"),
+    ("KILN_STREAM_MIN_MB", "8MB"),
 ]
 
 
@@ -38,9 +48,11 @@ def test_unknown_variable_warns_with_closest_knob():
 
 
 def test_knob_values_take_effect():
-    r = run_python("import torch, kiln; print(kiln.DEVICE_NAME, torch.accelerator.device_count(),"
-                   " torch.npu.mem_get_info()[1] >> 20)",
-                   env={"KILN_DEVICE_NAME": "npu", "KILN_DEVICE_COUNT": "3", "KILN_DEVICE_MEMORY_MB": "64"})
+    r = run_python(
+        "import torch, kiln; print(kiln.DEVICE_NAME, torch.accelerator.device_count(),"
+        " torch.npu.mem_get_info()[1] >> 20)",
+        env={"KILN_DEVICE_NAME": "npu", "KILN_DEVICE_COUNT": "3", "KILN_DEVICE_MEMORY_MB": "64"},
+    )
     assert r.stdout.split() == ["npu", "3", "64"], r.stderr
 
 
@@ -49,23 +61,30 @@ def test_cli_lists_value_and_source():
     env["KILN_DEVICE_COUNT"] = "4"
     out = subprocess.run([sys.executable, "-m", "kiln", "knobs"], env=env, capture_output=True, text=True, cwd=REPO)
     assert out.returncode == 0, out.stderr
-    line = next(l for l in out.stdout.splitlines() if l.startswith("KILN_DEVICE_COUNT"))
+    line = next(s for s in out.stdout.splitlines() if s.startswith("KILN_DEVICE_COUNT"))
     assert "4" in line and "(environment)" in line
-    line = next(l for l in out.stdout.splitlines() if l.startswith("KILN_FALLBACK"))
+    line = next(s for s in out.stdout.splitlines() if s.startswith("KILN_FALLBACK"))
     assert "warn" in line and "(default)" in line
 
 
 def test_docs_knobs_md_is_current():
-    generated = subprocess.run([sys.executable, "-m", "kiln", "knobs", "--markdown"], capture_output=True, text=True,
-                               cwd=REPO, env={k: v for k, v in os.environ.items() if not k.startswith("KILN_")})
+    generated = subprocess.run(
+        [sys.executable, "-m", "kiln", "knobs", "--markdown"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={k: v for k, v in os.environ.items() if not k.startswith("KILN_")},
+    )
     with open(os.path.join(REPO, "docs", "knobs.md")) as fh:
         committed = fh.read()
     assert generated.stdout == committed, "docs/knobs.md is stale: run `make docs`"
 
 
 def test_log_channels_print_to_stderr():
-    code = ("import torch, warnings; warnings.simplefilter('ignore'); x = torch.randn(4).to('neuron'); "
-            "torch.logcumsumexp(x, 0).cpu()")
+    code = (
+        "import torch, warnings; warnings.simplefilter('ignore'); x = torch.randn(4).to('neuron'); "
+        "torch.logcumsumexp(x, 0).cpu()"
+    )
     r = run_python(code, env={"KILN_LOG": "runtime,fallback"})
     assert r.returncode == 0, r.stderr
     assert "[kiln:runtime] started 2 device(s)" in r.stderr

@@ -6,6 +6,7 @@ at that line), and extreme values.
 KILN_DIFF_CASES sets the number of seeded programs (default 2000). A failure
 prints the program with its prelude: paste it into Python to reproduce.
 """
+
 import math
 import os
 
@@ -13,7 +14,6 @@ import pytest
 import torch
 
 import kiln
-
 from lazy_programs import Program
 
 CASES = int(os.environ.get("KILN_DIFF_CASES", "2000"))
@@ -48,11 +48,15 @@ def compare(program, name, got, want):
     if bool(close.all()):
         return
     bad = (~close).nonzero().tolist()
-    rows = "\n".join(f"  at {tuple(i)}: got {g[tuple(i)].item()!r} want {w[tuple(i)].item()!r} allowed "
-                     f"{allowed[tuple(i)].item():.3g} ({'extreme' if extreme[tuple(i)] else 'ordinary'})"
-                     for i in bad[:8])
-    raise AssertionError(f"{name}: {len(bad)} of {w.numel()} elements differ (ordinary: {tol:g} x {scale:.6g}; "
-                         f"extreme: propagated bound)\n{rows}")
+    rows = "\n".join(
+        f"  at {tuple(i)}: got {g[tuple(i)].item()!r} want {w[tuple(i)].item()!r} allowed "
+        f"{allowed[tuple(i)].item():.3g} ({'extreme' if extreme[tuple(i)] else 'ordinary'})"
+        for i in bad[:8]
+    )
+    raise AssertionError(
+        f"{name}: {len(bad)} of {w.numel()} elements differ (ordinary: {tol:g} x {scale:.6g}; "
+        f"extreme: propagated bound)\n{rows}"
+    )
 
 
 def check(program, dev):
@@ -75,25 +79,44 @@ def test_random_programs_match_eager(dev, chunk):
         try:
             check(program, dev)
         except Exception as e:  # noqa: BLE001 - any failure gets the reproducer
-            failures.append(f"seed {seed}: {type(e).__name__}: {e}\n--- reproducer ---\n"
-                            f"{program.reproducer(str(dev))}\n---")
+            failures.append(
+                f"seed {seed}: {type(e).__name__}: {e}\n--- reproducer ---\n{program.reproducer(str(dev))}\n---"
+            )
             try:  # a failed program must not leave an error pending for the next one
                 getattr(torch, dev.type).synchronize()
             except RuntimeError:
                 pass
     if failures:
         seeds = [f.split(":")[0][5:] for f in failures]
-        pytest.fail(f"{len(failures)} programs differ from eager (seeds {', '.join(seeds)}); the first ones:\n"
-                    + "\n".join(failures[:3]))
+        pytest.fail(
+            f"{len(failures)} programs differ from eager (seeds {', '.join(seeds)}); the first ones:\n"
+            + "\n".join(failures[:3])
+        )
 
 
 def test_programs_cover_the_traceable_forms():
     """The generator keeps producing the forms the test is meant to exercise."""
     programs = [Program(seed) for seed in range(200)]
     text = "\n".join(p.source() for p in programs)
-    for form in ["_(", "del ", "softmax", "transpose", ".to(torch.", "out=", "torch.where", "argmax", "::2",
-                 "expect_error(RuntimeError", ".t())", ".expand(", "float('inf')", "float('nan')", "-0.0",
-                 "1e-45", "3e38"]:
+    for form in [
+        "_(",
+        "del ",
+        "softmax",
+        "transpose",
+        ".to(torch.",
+        "out=",
+        "torch.where",
+        "argmax",
+        "::2",
+        "expect_error(RuntimeError",
+        ".t())",
+        ".expand(",
+        "float('inf')",
+        "float('nan')",
+        "-0.0",
+        "1e-45",
+        "3e38",
+    ]:
         assert form in text, form
     forms = {}
     for p in programs:
@@ -117,8 +140,11 @@ def test_programs_cover_the_traceable_forms():
         assert forms.get(form, 0) >= n, (form, forms.get(form, 0))
     # Extreme inputs of every float dtype.
     for dtype in ["float32", "float64", "bfloat16", "float16"]:
-        assert any(f".to(torch.{dtype})).to(DEV)" in line and "float('nan')" in line
-                   for p in programs for line in p.lines[:len(p.inputs)]), dtype
+        assert any(
+            f".to(torch.{dtype})).to(DEV)" in line and "float('nan')" in line
+            for p in programs
+            for line in p.lines[: len(p.inputs)]
+        ), dtype
     # The error bounds follow the programs (else the plain model is all that checks them).
     untracked = []
     for p in programs[:50]:
@@ -171,8 +197,12 @@ def test_comparison_allows_either_answer_of_a_maybe_zero_over_zero():
     """log1p of the smallest subnormal is 0 in eager (one subnormal ulp off)
     and the subnormal in kiln; divided by an exact 0 that is nan against
     inf. Either is eager's answer to inputs within its error."""
-    program = _program("v0 = torch.tensor([1e-45, 1.0, 2.0]).to(DEV)", "v1 = torch.tensor([0.0, 0.0, 4.0]).to(DEV)",
-                       "v2 = torch.log1p(v0)", "v3 = v2 / v1")
+    program = _program(
+        "v0 = torch.tensor([1e-45, 1.0, 2.0]).to(DEV)",
+        "v1 = torch.tensor([0.0, 0.0, 4.0]).to(DEV)",
+        "v2 = torch.log1p(v0)",
+        "v3 = v2 / v1",
+    )
     want = program.run("cpu")
     assert torch.isnan(want["v3"][0])
     got = want["v3"].clone()
@@ -187,9 +217,12 @@ def test_comparison_leaves_the_sign_of_a_tie_of_zeros_open():
     """maximum(-0.0, 0.0) is the first operand in eager's scalar loop (this
     4-element tensor) and the second in its vector loop; divided into 1, the
     two give -inf and inf. Both are eager's."""
-    program = _program("v0 = torch.tensor([-0.0, -0.0, 1.0, 2.0], dtype=torch.float64).to(DEV)",
-                       "v1 = torch.tensor([0.0, 0.0, 1.0, 3.0], dtype=torch.float64).to(DEV)",
-                       "v2 = torch.maximum(v0, v1)", "v3 = torch.reciprocal(v2)")
+    program = _program(
+        "v0 = torch.tensor([-0.0, -0.0, 1.0, 2.0], dtype=torch.float64).to(DEV)",
+        "v1 = torch.tensor([0.0, 0.0, 1.0, 3.0], dtype=torch.float64).to(DEV)",
+        "v2 = torch.maximum(v0, v1)",
+        "v3 = torch.reciprocal(v2)",
+    )
     want = program.run("cpu")
     assert want["v3"][0].item() == -math.inf
     got = want["v3"].clone()
@@ -203,9 +236,13 @@ def test_comparison_leaves_the_sign_of_a_tie_of_zeros_open():
 def test_comparison_leaves_the_sign_of_a_clamped_zero_open():
     """Seed 38085: relu(x).clamp_max(y) with relu(x) = +0 and y = -0.0 is
     -0.0 in eager and may be +0 in kiln; rsqrt of it is -inf or inf."""
-    program = _program("v0 = torch.tensor([0.0, 4.0], dtype=torch.float64).to(DEV)",
-                       "v1 = torch.tensor([-0.0, 9.0], dtype=torch.float64).to(DEV)",
-                       "v2 = torch.relu(v0)", "v3 = torch.clamp_max(v2, v1)", "v4 = torch.rsqrt(v3)")
+    program = _program(
+        "v0 = torch.tensor([0.0, 4.0], dtype=torch.float64).to(DEV)",
+        "v1 = torch.tensor([-0.0, 9.0], dtype=torch.float64).to(DEV)",
+        "v2 = torch.relu(v0)",
+        "v3 = torch.clamp_max(v2, v1)",
+        "v4 = torch.rsqrt(v3)",
+    )
     want = program.run("cpu")
     got = want["v4"].clone()
     got[0] = -got[0]
@@ -220,8 +257,12 @@ def test_comparison_lets_an_undetermined_element_decide_its_row():
     log(-5e-324) = nan in kiln (log1p one subnormal ulp apart); the max of
     its row may then be nan. An infinite bound stayed finite (nan_to_num's
     default turned it into 1.8e308), which refused the nan."""
-    program = _program("v0 = torch.tensor([-5e-324, 1e-308], dtype=torch.float64).to(DEV)",
-                       "v1 = torch.log1p(v0)", "v2 = torch.log(v1)", "v3 = v2.amax(dim=-1, keepdim=True)")
+    program = _program(
+        "v0 = torch.tensor([-5e-324, 1e-308], dtype=torch.float64).to(DEV)",
+        "v1 = torch.log1p(v0)",
+        "v2 = torch.log(v1)",
+        "v3 = v2.amax(dim=-1, keepdim=True)",
+    )
     want = program.run("cpu")
     got = want["v3"].clone()
     got[0] = math.nan

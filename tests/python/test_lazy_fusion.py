@@ -1,6 +1,7 @@
 """Lazy mode through torch: what fuses into how many kernels, and that every
 result stays eager's. Kernel counts are compiled-kernel launches per flush
 (metrics "executable_launches")."""
+
 import math
 import os
 
@@ -53,8 +54,9 @@ def test_softmax_is_at_most_two_kernels():
     assert 1 <= kernels <= 2 and library == 0
     torch.testing.assert_close(out.cpu(), torch.softmax(x, dim=-1), rtol=1e-5, atol=1e-7)
     # written out by hand it fuses the same way
-    out, kernels, library = kernels_for(lambda t: (t - t.amax(-1, keepdim=True)).exp() /
-                                        (t - t.amax(-1, keepdim=True)).exp().sum(-1, keepdim=True), x)
+    out, kernels, library = kernels_for(
+        lambda t: (t - t.amax(-1, keepdim=True)).exp() / (t - t.amax(-1, keepdim=True)).exp().sum(-1, keepdim=True), x
+    )
     assert kernels <= 2 + library  # the float sum stays a library kernel (eager's summation order)
     torch.testing.assert_close(out.cpu(), torch.softmax(x, dim=-1), rtol=1e-5, atol=1e-7)
 
@@ -116,7 +118,7 @@ def test_in_place_op_on_a_view_then_read_of_the_base():
 
 def test_aliasing_input_and_output_gives_eagers_answer():
     def f(x):
-        y = x[:, :3]      # a view of x
+        y = x[:, :3]  # a view of x
         x.add_(y.sum(1, keepdim=True).to(torch.int64))  # reads x through y, then writes all of x
         x.sub_(x.flip(1))  # reads x reversed while writing it (flip is a copy in eager)
         return x
@@ -129,10 +131,11 @@ def test_aliasing_input_and_output_gives_eagers_answer():
 def test_copies_within_the_device_are_traced():
     """clone, contiguous and select's backward reach copy_ on the device: it is
     recorded like any pointwise op instead of flushing and launching a copy."""
+
     def f(x, b):
-        t = (x * 2).t().contiguous() + 1          # clone -> copy_
+        t = (x * 2).t().contiguous() + 1  # clone -> copy_
         into = torch.zeros(4, 6, dtype=torch.int32, device=x.device)
-        into[1:].copy_(b * 3)                     # into a view: broadcast and float -> int32
+        into[1:].copy_(b * 3)  # into a view: broadcast and float -> int32
         return t, into
 
     x, b = torch.randn(6, 5), torch.randn(6) * 10
@@ -158,10 +161,11 @@ def test_an_in_place_epilogue_of_a_dead_reduction_runs_once_per_row():
     """y.mul_ fuses after x.max(dim) as its epilogue; when the max is freed
     before the flush, y is still multiplied once, with and without a kept
     element-wise store of the prologue in the same region."""
+
     def f(x, y, keep_prologue):
-        z = torch.minimum(y, x)           # prologue over x's shape
+        z = torch.minimum(y, x)  # prologue over x's shape
         m = x.max(dim=1, keepdim=True).values
-        y.mul_(-1.5)                      # epilogue over the kept dim, in place
+        y.mul_(-1.5)  # epilogue over the kept dim, in place
         del m
         if not keep_prologue:
             del z
@@ -170,7 +174,7 @@ def test_an_in_place_epilogue_of_a_dead_reduction_runs_once_per_row():
 
     x, y = torch.randn(3, 4), torch.randn(3, 1)
     for keep in (False, True):
-        out, _, _ = kernels_for(lambda a, b: f(a, b, keep), x, y.clone())
+        out, _, _ = kernels_for(lambda a, b: f(a, b, keep), x, y.clone())  # noqa: B023 - kernels_for calls it at once
         want = f(x, y.clone(), keep)
         if keep:
             assert torch.equal(out[0].cpu(), want[0]) and torch.equal(out[1].cpu(), want[1])
@@ -180,8 +184,8 @@ def test_an_in_place_epilogue_of_a_dead_reduction_runs_once_per_row():
 
 def test_mutation_while_a_pending_op_needs_the_old_value():
     def f(x):
-        y = x * 3          # pending: needs the old x
-        x.fill_(7)         # x changes before the flush
+        y = x * 3  # pending: needs the old x
+        x.fill_(7)  # x changes before the flush
         x2 = x.transpose(0, 1).clone()
         return y + x2
 
@@ -238,10 +242,13 @@ def test_untraceable_op_flushes_what_it_needs_first():
 def test_pointwise_chain_peak_memory_is_no_higher_than_eager():
     """The benchmark's 8-op chain, measured on the device in each mode."""
     from conftest import REPO, run_python
-    code = ("import sys, torch, kiln; sys.path.insert(0, %r); from workloads import _pointwise_fn; "
-            "m = torch.%s; x = torch.randn(1 << 20, device='%s'); m.synchronize(); m.reset_peak_memory_stats(); "
-            "b = m.memory_allocated(); y = _pointwise_fn(x); m.synchronize(); print(m.max_memory_allocated() - b)"
-            % (os.path.join(REPO, "bench"), DEVICE, DEVICE))
+
+    code = (
+        "import sys, torch, kiln; sys.path.insert(0, %r); from workloads import _pointwise_fn; "
+        "m = torch.%s; x = torch.randn(1 << 20, device='%s'); m.synchronize(); m.reset_peak_memory_stats(); "
+        "b = m.memory_allocated(); y = _pointwise_fn(x); m.synchronize(); print(m.max_memory_allocated() - b)"
+        % (os.path.join(REPO, "bench"), DEVICE, DEVICE)
+    )
     peaks = {}
     for mode in ("lazy", "eager"):
         r = run_python(code, env={"KILN_MODE": mode})
@@ -251,8 +258,7 @@ def test_pointwise_chain_peak_memory_is_no_higher_than_eager():
 
 
 def test_fusion_log_and_dump_dir(tmp_path):
-    code = ("import torch, kiln; x = torch.randn(100, device='%s'); print(((x * 2).exp() + 1).sum().item())"
-            % DEVICE)
+    code = "import torch, kiln; x = torch.randn(100, device='%s'); print(((x * 2).exp() + 1).sum().item())" % DEVICE
     r = run_python(code, env={"KILN_LOG": "fusion", "KILN_DUMP_DIR": str(tmp_path)})
     assert r.returncode == 0, r.stderr
     assert "[kiln:fusion] region 0:" in r.stderr and "aten::exp" in r.stderr
@@ -302,9 +308,17 @@ def test_a_wider_0dim_operand_rounds_to_the_common_dtype_as_eager():
     # first (found by the differential test, seed 2276); mul and div keep it
     # in float32 as the second operand, and round it as the first.
     torch.manual_seed(0)
-    ops = {"a+s": lambda a, s: a + s, "s-a": lambda a, s: s - a, "a.add_(s)": lambda a, s: a.clone().add_(s),
-           "a*s": lambda a, s: a * s, "s*a": lambda a, s: s * a, "s/a": lambda a, s: s / a,
-           "a<s": lambda a, s: a < s, "maximum": torch.maximum, "clamp": lambda a, s: torch.clamp(a, min=s)}
+    ops = {
+        "a+s": lambda a, s: a + s,
+        "s-a": lambda a, s: s - a,
+        "a.add_(s)": lambda a, s: a.clone().add_(s),
+        "a*s": lambda a, s: a * s,
+        "s*a": lambda a, s: s * a,
+        "s/a": lambda a, s: s / a,
+        "a<s": lambda a, s: a < s,
+        "maximum": torch.maximum,
+        "clamp": lambda a, s: torch.clamp(a, min=s),
+    }
     for dtype in (torch.bfloat16, torch.float16):
         a = (torch.rand(64) * 4 - 2).to(dtype)
         s = torch.tensor(1.319625735282898)
@@ -317,6 +331,7 @@ def test_a_wider_0dim_operand_rounds_to_the_common_dtype_as_eager():
 
 def test_unwritable_dump_dir_is_refused_at_import():
     from conftest import run_python
+
     r = run_python("import torch, kiln", env={"KILN_DUMP_DIR": "/proc/no-such-dir/kiln"})
     assert r.returncode != 0
     assert "KILN_DUMP_DIR" in r.stderr and "writable" in r.stderr

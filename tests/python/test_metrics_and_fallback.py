@@ -1,4 +1,5 @@
 """Metrics counters and the host-fallback policy (KILN_FALLBACK)."""
+
 import pytest
 import torch
 
@@ -30,7 +31,7 @@ def test_counters_by_op_and_direction(dev):
 
 
 def test_errors_are_counted(dev):
-    x = torch.arange(4.).to(dev)
+    x = torch.arange(4.0).to(dev)
     x[torch.tensor([1]).to(dev)]  # warm the op: the first call of a signature runs synchronously
     kiln.metrics.reset()
     x[torch.tensor([9]).to(dev)]

@@ -1,10 +1,10 @@
 """Module conformance over module_db in both kiln modes; writes the module
 section of docs/conformance.md (see module_conformance.py)."""
+
 import os
 import time
 
 import kiln
-
 import module_conformance
 from conftest import REPO
 
@@ -30,4 +30,5 @@ def test_module_conformance_writes_report_and_passes():
         assert rate >= MIN_PASS_RATE, f"{m} pass rate {rate:.4f} < {MIN_PASS_RATE}"
     unexplained = module_conformance.unexplained_failures(results)
     assert not unexplained, "failures not listed in module_conformance.EXPLANATIONS: " + "; ".join(
-        f"{mode} {module} [{index}] {desc}: {reason}" for mode, module, (index, desc, reason) in unexplained)
+        f"{mode} {module} [{index}] {desc}: {reason}" for mode, module, (index, desc, reason) in unexplained
+    )

@@ -1,4 +1,5 @@
 """OpInfo conformance over op_db; writes docs/conformance.md (see conformance.py)."""
+
 import os
 import time
 
@@ -22,4 +23,5 @@ def test_opinfo_conformance_writes_report_and_passes():
     assert rate >= MIN_PASS_RATE, f"float32 pass rate {rate:.4f} < {MIN_PASS_RATE}"
     unexplained = conformance.unexplained_failures(results)
     assert not unexplained, "failures without an explanation in conformance.EXPLANATIONS: " + ", ".join(
-        f"{r.op} ({r.dtype})" for r in unexplained)
+        f"{r.op} ({r.dtype})" for r in unexplained
+    )

@@ -6,6 +6,7 @@ residual conv net with BatchNorm, each trained a few steps on the device and
 on CPU from the same initial weights; and a saved GPT-2 loaded back with
 from_pretrained generates CPU's tokens on the device.
 """
+
 import copy
 import os
 
@@ -29,6 +30,7 @@ HF_STEPS, HF_LR = 5, 1e-3
 
 # ---------------------------------------------------------------- Hugging Face
 
+
 def assert_training_matches(dev, cpu, grad_atol=1e-7, param_atol=1e-7):
     """dev and cpu: (losses, per-step {name: grad or None}, {name: final param}).
     Losses within RTOL; gradients and parameters within RTOL plus the atols;
@@ -40,11 +42,21 @@ def assert_training_matches(dev, cpu, grad_atol=1e-7, param_atol=1e-7):
         for n in cg:
             assert (dg[n] is None) == (cg[n] is None), n
             if cg[n] is not None:
-                torch.testing.assert_close(dg[n], cg[n], rtol=RTOL, atol=grad_atol,
-                                           msg=lambda m: f"gradient of {n} at step {step}: {m}")
+                torch.testing.assert_close(
+                    dg[n],
+                    cg[n],
+                    rtol=RTOL,
+                    atol=grad_atol,
+                    msg=lambda m: f"gradient of {n} at step {step}: {m}",  # noqa: B023 - called within this call
+                )
     for n in cpu_params:
-        torch.testing.assert_close(dev_params[n], cpu_params[n], rtol=RTOL, atol=param_atol,
-                                   msg=lambda m: f"parameter {n}: {m}")
+        torch.testing.assert_close(
+            dev_params[n],
+            cpu_params[n],
+            rtol=RTOL,
+            atol=param_atol,
+            msg=lambda m: f"parameter {n}: {m}",  # noqa: B023 - called within this call
+        )
     assert cpu_losses[-1] < cpu_losses[0] and dev_losses[-1] < dev_losses[0]  # it did train
 
 
@@ -54,22 +66,54 @@ def tiny_hf_model(name):
     scaled_dot_product_attention runs on the device; T5 has only "eager")."""
     torch.manual_seed(0)
     if name == "gpt2":
-        cfg = transformers.GPT2Config(vocab_size=VOCAB, n_positions=32, n_embd=32, n_layer=2, n_head=4,
-                                      resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+        cfg = transformers.GPT2Config(
+            vocab_size=VOCAB,
+            n_positions=32,
+            n_embd=32,
+            n_layer=2,
+            n_head=4,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+        )
         return transformers.GPT2LMHeadModel(cfg)
     if name == "bert":
-        cfg = transformers.BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                      intermediate_size=64, max_position_embeddings=32, hidden_dropout_prob=0.0,
-                                      attention_probs_dropout_prob=0.0)
+        cfg = transformers.BertConfig(
+            vocab_size=VOCAB,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            intermediate_size=64,
+            max_position_embeddings=32,
+            hidden_dropout_prob=0.0,
+            attention_probs_dropout_prob=0.0,
+        )
         return transformers.BertForMaskedLM(cfg)
     if name == "llama":
-        cfg = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32,
-                                       tie_word_embeddings=True, attention_dropout=0.0)
+        cfg = transformers.LlamaConfig(
+            vocab_size=VOCAB,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=32,
+            tie_word_embeddings=True,
+            attention_dropout=0.0,
+        )
         return transformers.LlamaForCausalLM(cfg)
     if name == "t5":
-        cfg = transformers.T5Config(vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64, num_layers=2, num_heads=4,
-                                    dropout_rate=0.0, decoder_start_token_id=0, pad_token_id=0)
+        cfg = transformers.T5Config(
+            vocab_size=VOCAB,
+            d_model=32,
+            d_kv=8,
+            d_ff=64,
+            num_layers=2,
+            num_heads=4,
+            dropout_rate=0.0,
+            decoder_start_token_id=0,
+            pad_token_id=0,
+        )
         return transformers.T5ForConditionalGeneration(cfg)
     raise ValueError(name)
 
@@ -107,8 +151,9 @@ def train_hf(model, batch, device):
         opt.zero_grad()
         loss = model(**batch).loss
         loss.backward()
-        grads.append({n: None if p.grad is None else p.grad.detach().cpu().clone()
-                      for n, p in model.named_parameters()})
+        grads.append(
+            {n: None if p.grad is None else p.grad.detach().cpu().clone() for n, p in model.named_parameters()}
+        )
         opt.step()
         losses.append(loss.item())
     return tied, losses, grads, {n: p.detach().cpu() for n, p in model.named_parameters()}
@@ -142,11 +187,16 @@ def test_hf_training_matches_cpu(name, mode):
     dev_tied, dev_losses, dev_grads, dev_params = train_hf(copy.deepcopy(model), batch, DEVICE)
     assert cpu_tied
     assert dev_tied, "module.to(device) untied the input embedding and the LM head"
-    assert_training_matches((dev_losses, dev_grads, dev_params), (cpu_losses, cpu_grads, cpu_params),
-                            grad_atol=HF_GRAD_ATOL, param_atol=HF_PARAM_ATOL)
+    assert_training_matches(
+        (dev_losses, dev_grads, dev_params),
+        (cpu_losses, cpu_grads, cpu_params),
+        grad_atol=HF_GRAD_ATOL,
+        param_atol=HF_PARAM_ATOL,
+    )
 
 
 # ------------------------------------------------------------------ LSTM LM
+
 
 class RNNModel(nn.Module):
     """pytorch/examples word_language_model: Embedding -> LSTM -> Linear, tied."""
@@ -177,7 +227,7 @@ def train_lstm(model, data, device, bptt=8, lr=5.0, clip=0.25):
     losses, grads = [], []
     for i in range(0, data.size(0) - 1, bptt):
         seq_len = min(bptt, data.size(0) - 1 - i)
-        x, y = data[i:i + seq_len], data[i + 1:i + 1 + seq_len].reshape(-1)
+        x, y = data[i : i + seq_len], data[i + 1 : i + 1 + seq_len].reshape(-1)
         hidden = tuple(h.detach() for h in hidden)  # truncated BPTT
         opt.zero_grad()
         out, hidden = model(x, hidden)
@@ -187,8 +237,7 @@ def train_lstm(model, data, device, bptt=8, lr=5.0, clip=0.25):
         grads.append({n: p.grad.detach().cpu().clone() for n, p in model.named_parameters()})
         opt.step()
         losses.append(loss.item())
-    return (tied, losses, grads, {n: p.detach().cpu() for n, p in model.named_parameters()},
-            [h.cpu() for h in hidden])
+    return (tied, losses, grads, {n: p.detach().cpu() for n, p in model.named_parameters()}, [h.cpu() for h in hidden])
 
 
 def test_lstm_language_model_matches_cpu(mode):
@@ -209,6 +258,7 @@ def test_lstm_language_model_matches_cpu(mode):
 
 # ------------------------------------------------------- residual conv net
 
+
 class BasicBlock(nn.Module):
     def __init__(self, cin, cout, stride):
         super().__init__()
@@ -227,9 +277,16 @@ class BasicBlock(nn.Module):
 
 
 def resnet():
-    return nn.Sequential(nn.Conv2d(3, 8, 3, 1, 1, bias=False), nn.BatchNorm2d(8), nn.ReLU(),
-                         BasicBlock(8, 8, 1), BasicBlock(8, 16, 2),
-                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(16, 5))
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, 1, 1, bias=False),
+        nn.BatchNorm2d(8),
+        nn.ReLU(),
+        BasicBlock(8, 8, 1),
+        BasicBlock(8, 16, 2),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(16, 5),
+    )
 
 
 def train_resnet(model, x, y, device, steps=5):
@@ -246,8 +303,13 @@ def train_resnet(model, x, y, device, steps=5):
         losses.append(loss.item())
     with torch.no_grad():
         eval_out = model.eval()(x).cpu()  # uses the running statistics
-    return (losses, grads, {n: p.detach().cpu() for n, p in model.named_parameters()},
-            {n: b.cpu() for n, b in model.named_buffers()}, eval_out)
+    return (
+        losses,
+        grads,
+        {n: p.detach().cpu() for n, p in model.named_parameters()},
+        {n: b.cpu() for n, b in model.named_buffers()},
+        eval_out,
+    )
 
 
 def test_resnet_batchnorm_matches_cpu(mode):
@@ -261,13 +323,19 @@ def test_resnet_batchnorm_matches_cpu(mode):
     assert_training_matches((dev_losses, dev_grads, dev_params), (cpu_losses, cpu_grads, cpu_params))
     assert list(dev_buffers) == list(cpu_buffers)
     for n in cpu_buffers:  # running_mean, running_var (atol+rtol), num_batches_tracked (exact)
-        torch.testing.assert_close(dev_buffers[n], cpu_buffers[n], rtol=RTOL, atol=1e-7,
-                                   msg=lambda m: f"buffer {n}: {m}")
+        torch.testing.assert_close(
+            dev_buffers[n],
+            cpu_buffers[n],
+            rtol=RTOL,
+            atol=1e-7,
+            msg=lambda m: f"buffer {n}: {m}",  # noqa: B023 - called within this call
+        )
     assert int(cpu_buffers["1.num_batches_tracked"]) == 5
     torch.testing.assert_close(dev_eval, cpu_eval, rtol=RTOL, atol=1e-6)
 
 
 # ---------------------------------------------- from_pretrained + generate
+
 
 def saved_gpt2(path):
     torch.manual_seed(0)
@@ -275,9 +343,20 @@ def saved_gpt2(path):
     # repeat one token; the smallest top-1/top-2 logit margin is then ~1e-2,
     # against a device/CPU logit difference of ~2e-6, so exact token equality
     # is a fair test.
-    cfg = transformers.GPT2Config(vocab_size=VOCAB, n_positions=64, n_embd=32, n_layer=2, n_head=4,
-                                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, initializer_range=0.2,
-                                  bos_token_id=0, eos_token_id=VOCAB - 1, pad_token_id=VOCAB - 1)
+    cfg = transformers.GPT2Config(
+        vocab_size=VOCAB,
+        n_positions=64,
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        initializer_range=0.2,
+        bos_token_id=0,
+        eos_token_id=VOCAB - 1,
+        pad_token_id=VOCAB - 1,
+    )
     transformers.GPT2LMHeadModel(cfg).save_pretrained(path)
     return path
 
@@ -295,8 +374,9 @@ def prompt():
 def greedy(model, ids, mask):
     device = model.device
     with torch.no_grad():
-        return model.generate(ids.to(device), attention_mask=mask.to(device), max_new_tokens=10,
-                              min_new_tokens=10, do_sample=False)
+        return model.generate(
+            ids.to(device), attention_mask=mask.to(device), max_new_tokens=10, min_new_tokens=10, do_sample=False
+        )
 
 
 def check_generate_matches_cpu(path, dev_model):

@@ -2,6 +2,7 @@
 weights, fused RNN cells, eager's errors at the line that caused them, launch
 blocking in lazy mode, autocast's whole policy, and small API details. Each
 test runs in both modes."""
+
 import copy
 
 import pytest
@@ -9,7 +10,6 @@ import torch
 
 import kiln
 from conftest import DEVICE, rerun_with_launch_blocking, run_python, sync
-
 
 # ---------------------------------------------------------------- module.to keeps identity
 
@@ -77,8 +77,11 @@ def test_training_a_tied_model_matches_cpu(mode):
 def rnn_cases():
     return [
         ("LSTM", lambda: torch.nn.LSTM(4, 5, num_layers=2), (3, 2, 4)),
-        ("LSTM_bidirectional_batch_first", lambda: torch.nn.LSTM(4, 5, bidirectional=True, batch_first=True),
-         (2, 3, 4)),
+        (
+            "LSTM_bidirectional_batch_first",
+            lambda: torch.nn.LSTM(4, 5, bidirectional=True, batch_first=True),
+            (2, 3, 4),
+        ),
         ("LSTM_proj", lambda: torch.nn.LSTM(4, 6, proj_size=3), (3, 2, 4)),
         ("GRU", lambda: torch.nn.GRU(4, 5, num_layers=2), (3, 2, 4)),
         ("GRU_no_bias", lambda: torch.nn.GRU(4, 5, bias=False), (3, 2, 4)),
@@ -97,7 +100,9 @@ def test_rnn_forward_and_backward_match_cpu(mode, name, make, shape):
         m = copy.deepcopy(module).to(device)
         inp = x.to(device).requires_grad_()
         out = m(inp)
-        outs = [out] if isinstance(out, torch.Tensor) else [out[0], *(out[1] if isinstance(out[1], tuple) else [out[1]])]
+        outs = (
+            [out] if isinstance(out, torch.Tensor) else [out[0], *(out[1] if isinstance(out[1], tuple) else [out[1]])]
+        )
         loss = sum((o * (k + 1)).square().sum() for k, o in enumerate(outs))
         loss.backward()
         return [t.detach().cpu() for t in outs] + [inp.grad.cpu()] + [p.grad.cpu() for p in m.parameters()]
@@ -137,18 +142,36 @@ def device_tensor(*shape):
 
 
 OVERLAP_CASES = [
-    ("input_partly_overlaps_output", lambda: (lambda x: x.add_(x.t()))(device_tensor(4, 4)),
-     "some elements of the input tensor and the written-to tensor refer to a single memory location"),
-    ("output_overlaps_itself", lambda: device_tensor(4).expand(3, 4).add_(1),
-     "more than one element of the written-to tensor refers to a single memory location"),
-    ("copy_into_expanded", lambda: torch.empty(1, 4, device=DEVICE).expand(3, 4).copy_(device_tensor(3, 4)),
-     "more than one element of the written-to tensor refers to a single memory location"),
-    ("copy_into_expanded_from_host", lambda: torch.empty(1, 4, device=DEVICE).expand(3, 4).copy_(torch.ones(3, 4)),
-     "more than one element of the written-to tensor refers to a single memory location"),
-    ("copy_that_does_not_broadcast", lambda: torch.empty(2, 3, device=DEVICE).copy_(device_tensor(4)),
-     "must match the size of tensor b"),
-    ("copy_partly_overlapping", lambda: (lambda x: x[:3].copy_(x[1:]))(device_tensor(4)),
-     "some elements of the input tensor and the written-to tensor refer to a single memory location"),
+    (
+        "input_partly_overlaps_output",
+        lambda: (lambda x: x.add_(x.t()))(device_tensor(4, 4)),
+        "some elements of the input tensor and the written-to tensor refer to a single memory location",
+    ),
+    (
+        "output_overlaps_itself",
+        lambda: device_tensor(4).expand(3, 4).add_(1),
+        "more than one element of the written-to tensor refers to a single memory location",
+    ),
+    (
+        "copy_into_expanded",
+        lambda: torch.empty(1, 4, device=DEVICE).expand(3, 4).copy_(device_tensor(3, 4)),
+        "more than one element of the written-to tensor refers to a single memory location",
+    ),
+    (
+        "copy_into_expanded_from_host",
+        lambda: torch.empty(1, 4, device=DEVICE).expand(3, 4).copy_(torch.ones(3, 4)),
+        "more than one element of the written-to tensor refers to a single memory location",
+    ),
+    (
+        "copy_that_does_not_broadcast",
+        lambda: torch.empty(2, 3, device=DEVICE).copy_(device_tensor(4)),
+        "must match the size of tensor b",
+    ),
+    (
+        "copy_partly_overlapping",
+        lambda: (lambda x: x[:3].copy_(x[1:]))(device_tensor(4)),
+        "some elements of the input tensor and the written-to tensor refer to a single memory location",
+    ),
 ]
 
 
@@ -173,21 +196,34 @@ def test_overlaps_eager_allows_still_work(mode):
 
 
 def convolution_backward(grad_out, x, w, padding):
-    return torch.ops.aten.convolution_backward(grad_out, x, w, None, [1, 1], [padding, padding], [1, 1], False,
-                                               [0, 0], 1, [True, True, False])
+    return torch.ops.aten.convolution_backward(
+        grad_out, x, w, None, [1, 1], [padding, padding], [1, 1], False, [0, 0], 1, [True, True, False]
+    )
 
 
 ARGUMENT_CASES = [
-    ("conv_backward_padding", lambda d: convolution_backward(torch.ones(1, 3, 6, 6, device=d),
-                                                             torch.ones(1, 2, 8, 8, device=d),
-                                                             torch.ones(3, 2, 3, 3, device=d), 1)),
-    ("conv_backward_shapes", lambda d: convolution_backward(torch.ones(1, 3, 6, 6, device=d),
-                                                            torch.ones(1, 2, 9, 9, device=d),
-                                                            torch.ones(3, 2, 3, 3, device=d), 0)),
-    ("index_put_values_do_not_broadcast", lambda d: torch.zeros(5, 3, device=d).index_put_(
-        (torch.tensor([0, 1], device=d),), torch.ones(3, 2, device=d))),
-    ("index_put_accumulate_values_do_not_broadcast", lambda d: torch.zeros(5, 3, device=d).index_put_(
-        (torch.tensor([0, 1], device=d),), torch.ones(3, 2, device=d), accumulate=True)),
+    (
+        "conv_backward_padding",
+        lambda d: convolution_backward(
+            torch.ones(1, 3, 6, 6, device=d), torch.ones(1, 2, 8, 8, device=d), torch.ones(3, 2, 3, 3, device=d), 1
+        ),
+    ),
+    (
+        "conv_backward_shapes",
+        lambda d: convolution_backward(
+            torch.ones(1, 3, 6, 6, device=d), torch.ones(1, 2, 9, 9, device=d), torch.ones(3, 2, 3, 3, device=d), 0
+        ),
+    ),
+    (
+        "index_put_values_do_not_broadcast",
+        lambda d: torch.zeros(5, 3, device=d).index_put_((torch.tensor([0, 1], device=d),), torch.ones(3, 2, device=d)),
+    ),
+    (
+        "index_put_accumulate_values_do_not_broadcast",
+        lambda d: torch.zeros(5, 3, device=d).index_put_(
+            (torch.tensor([0, 1], device=d),), torch.ones(3, 2, device=d), accumulate=True
+        ),
+    ),
     ("mm_shapes", lambda d: torch.ones(2, 3, device=d) @ torch.ones(4, 2, device=d)),
 ]
 
@@ -195,11 +231,13 @@ ARGUMENT_CASES = [
 def warm_with_valid_calls(d):
     """Runs each op once with valid arguments of the same signature, so that
     the failing calls below are not their ops' first calls."""
-    convolution_backward(torch.ones(1, 3, 6, 6, device=d), torch.ones(1, 2, 8, 8, device=d),
-                         torch.ones(3, 2, 3, 3, device=d), 0)
+    convolution_backward(
+        torch.ones(1, 3, 6, 6, device=d), torch.ones(1, 2, 8, 8, device=d), torch.ones(3, 2, 3, 3, device=d), 0
+    )
     torch.zeros(5, 3, device=d).index_put_((torch.tensor([0, 1], device=d),), torch.ones(2, 3, device=d))
-    torch.zeros(5, 3, device=d).index_put_((torch.tensor([0, 1], device=d),), torch.ones(2, 3, device=d),
-                                           accumulate=True)
+    torch.zeros(5, 3, device=d).index_put_(
+        (torch.tensor([0, 1], device=d),), torch.ones(2, 3, device=d), accumulate=True
+    )
     torch.ones(2, 3, device=d) @ torch.ones(3, 2, device=d)
 
 
@@ -255,17 +293,20 @@ print('value:', y.sum().item())
 # ---------------------------------------------------------------- autocast
 
 
-@pytest.mark.parametrize("op,args,expected", [
-    ("softmax", lambda x: (torch.softmax, (x, 0)), torch.float32),
-    ("log_softmax", lambda x: (torch.log_softmax, (x, 0)), torch.float32),
-    ("sum", lambda x: (torch.sum, (x,)), torch.float32),
-    ("cumsum", lambda x: (torch.cumsum, (x, 0)), torch.float32),
-    ("prod", lambda x: (torch.prod, (x,)), torch.float32),
-    ("norm", lambda x: (torch.norm, (x,)), torch.float32),
-    ("mm", lambda x: (torch.mm, (x.view(2, 2).float(), x.view(2, 2).float())), torch.float16),
-    ("dot_promotes", lambda x: (torch.dot, (x, x.float())), torch.float32),
-    ("addcmul_promotes", lambda x: (torch.addcmul, (x.float(), x, x)), torch.float32),
-])
+@pytest.mark.parametrize(
+    "op,args,expected",
+    [
+        ("softmax", lambda x: (torch.softmax, (x, 0)), torch.float32),
+        ("log_softmax", lambda x: (torch.log_softmax, (x, 0)), torch.float32),
+        ("sum", lambda x: (torch.sum, (x,)), torch.float32),
+        ("cumsum", lambda x: (torch.cumsum, (x, 0)), torch.float32),
+        ("prod", lambda x: (torch.prod, (x,)), torch.float32),
+        ("norm", lambda x: (torch.norm, (x,)), torch.float32),
+        ("mm", lambda x: (torch.mm, (x.view(2, 2).float(), x.view(2, 2).float())), torch.float16),
+        ("dot_promotes", lambda x: (torch.dot, (x, x.float())), torch.float32),
+        ("addcmul_promotes", lambda x: (torch.addcmul, (x.float(), x, x)), torch.float32),
+    ],
+)
 def test_autocast_follows_cudas_policy(mode, op, args, expected):
     x = torch.rand(4, device=DEVICE).half()
     with torch.autocast(DEVICE, dtype=torch.float16):
@@ -332,8 +373,26 @@ def test_metrics_count_how_each_op_ran(mode):
 
 # ---------------------------------------------------------------- compiled kernels over the whole float range
 
-EXTREMES = [0.0, -0.0, 1e-45, -1e-38, 0.5, -3.0, 88.7, 89.0, -89.5, 2.0 ** 24 + 1, 2.0 ** 50, -2.0 ** 60, 1e20,
-            -1e20, 3e38, float("inf"), float("-inf"), float("nan")]
+EXTREMES = [
+    0.0,
+    -0.0,
+    1e-45,
+    -1e-38,
+    0.5,
+    -3.0,
+    88.7,
+    89.0,
+    -89.5,
+    2.0**24 + 1,
+    2.0**50,
+    -(2.0**60),
+    1e20,
+    -1e20,
+    3e38,
+    float("inf"),
+    float("-inf"),
+    float("nan"),
+]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])

@@ -1,4 +1,5 @@
 """Training on the device gives CPU's losses and gradients (50 AdamW steps)."""
+
 import copy
 
 import pytest
@@ -11,17 +12,30 @@ RTOL = 1e-5
 
 
 def mlp():
-    return torch.nn.Sequential(torch.nn.Linear(20, 64), torch.nn.GELU(), torch.nn.LayerNorm(64),
-                               torch.nn.Linear(64, 64), torch.nn.Tanh(), torch.nn.Linear(64, 5))
+    return torch.nn.Sequential(
+        torch.nn.Linear(20, 64),
+        torch.nn.GELU(),
+        torch.nn.LayerNorm(64),
+        torch.nn.Linear(64, 64),
+        torch.nn.Tanh(),
+        torch.nn.Linear(64, 5),
+    )
 
 
 def cnn():
     # No bias before BatchNorm (as in practice): its true gradient is zero, so
     # AdamW would turn rounding noise into full-size steps and compare noise.
-    return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1, bias=False), torch.nn.BatchNorm2d(8),
-                               torch.nn.ReLU(),
-                               torch.nn.MaxPool2d(2), torch.nn.Conv2d(8, 16, 3), torch.nn.ReLU(),
-                               torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(16, 5))
+    return torch.nn.Sequential(
+        torch.nn.Conv2d(3, 8, 3, padding=1, bias=False),
+        torch.nn.BatchNorm2d(8),
+        torch.nn.ReLU(),
+        torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(8, 16, 3),
+        torch.nn.ReLU(),
+        torch.nn.AdaptiveAvgPool2d(1),
+        torch.nn.Flatten(),
+        torch.nn.Linear(16, 5),
+    )
 
 
 def train(model, inputs, targets, device):

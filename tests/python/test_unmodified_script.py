@@ -1,4 +1,5 @@
 """A script written against torch.accelerator runs on the device through autoload."""
+
 import os
 
 from conftest import DEVICE, REPO, run_python
@@ -36,5 +37,7 @@ def test_autoload_off_runs_on_cpu_with_the_same_result():
 
 
 def test_current_accelerator_reports_the_device():
-    r = run_python("import torch; a = torch.accelerator.current_accelerator(); print(a.type, torch.accelerator.is_available())")
+    r = run_python(
+        "import torch; a = torch.accelerator.current_accelerator(); print(a.type, torch.accelerator.is_available())"
+    )
     assert r.stdout.strip() == f"{DEVICE} True", r.stderr

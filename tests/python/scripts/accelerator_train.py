@@ -3,6 +3,7 @@
 It trains on whatever torch.accelerator offers, and on the CPU when there is
 no accelerator. The test runs it with and without backend autoload.
 """
+
 import torch
 
 device = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else torch.device("cpu")
