@@ -1,8 +1,8 @@
-#include "dispatch/shape_inference.h"
+#include "dispatch/eager/shape_inference.h"
 
 #include <cstring>
 
-#include "dispatch/tensor_alias.h"
+#include "dispatch/eager/tensor_alias.h"
 
 namespace kiln::dispatch {
 

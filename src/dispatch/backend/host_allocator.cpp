@@ -7,7 +7,7 @@
 #include <mutex>
 #include <unordered_set>
 
-#include "dispatch/pinned_memory.h"
+#include "dispatch/backend/pinned_memory.h"
 
 namespace kiln::dispatch {
 namespace {

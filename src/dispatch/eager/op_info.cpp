@@ -1,10 +1,10 @@
-#include "dispatch/op_info.h"
+#include "dispatch/eager/op_info.h"
 
 #include <atomic>
 #include <shared_mutex>
 #include <unordered_set>
 
-#include "dispatch/tensor_alias.h"
+#include "dispatch/eager/tensor_alias.h"
 #include "kiln/trace.h"
 
 namespace kiln::dispatch {

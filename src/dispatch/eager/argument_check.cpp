@@ -1,4 +1,4 @@
-#include "dispatch/argument_check.h"
+#include "dispatch/eager/argument_check.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/DeviceGuard.h>
@@ -9,8 +9,8 @@
 #include <cstring>
 #include <type_traits>
 
-#include "dispatch/neuron.h"
-#include "dispatch/tensor_alias.h"
+#include "dispatch/backend/devices.h"
+#include "dispatch/eager/tensor_alias.h"
 
 namespace kiln::dispatch {
 namespace {

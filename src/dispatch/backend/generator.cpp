@@ -1,9 +1,10 @@
-#include "dispatch/generator.h"
+#include "dispatch/backend/devices.h"
+#include "dispatch/backend/generator.h"
+#include "dispatch/backend/sync.h"
 
 #include <mutex>
 #include <vector>
 
-#include "dispatch/neuron.h"
 
 namespace kiln::dispatch {
 

@@ -26,13 +26,19 @@
 #include <mutex>
 #include <unordered_set>
 
-#include "dispatch/argument_check.h"
-#include "dispatch/generator.h"
-#include "dispatch/lazy.h"
-#include "dispatch/neuron.h"
-#include "dispatch/op_info.h"
-#include "dispatch/shape_inference.h"
-#include "dispatch/tensor_alias.h"
+#include "dispatch/eager/library_kernel.h"
+#include "dispatch/backend/devices.h"
+#include "dispatch/backend/generator.h"
+#include "dispatch/backend/startup.h"
+#include "dispatch/backend/sync.h"
+#include "dispatch/backend/torch_errors.h"
+#include "dispatch/eager/argument_check.h"
+#include "dispatch/eager/device_tensors.h"
+#include "dispatch/eager/op_info.h"
+#include "dispatch/eager/shape_inference.h"
+#include "dispatch/eager/tensor_alias.h"
+#include "dispatch/lazy/record.h"
+#include "kiln/metrics.h"
 #include "kiln/recorder.h"
 
 namespace kiln::dispatch {

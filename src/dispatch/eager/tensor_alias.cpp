@@ -1,4 +1,4 @@
-#include "dispatch/tensor_alias.h"
+#include "dispatch/eager/tensor_alias.h"
 
 #include <ATen/core/List.h>
 

@@ -14,8 +14,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "dispatch/lowering.h"
-#include "dispatch/shape_inference.h"
+#include "dispatch/eager/shape_inference.h"
+#include "dispatch/lazy/lowering.h"
 
 namespace kiln::dispatch {
 

@@ -8,7 +8,7 @@
 // bfloat16 (opmath) and rounded once to the output dtype, with the same
 // operation order (no contraction unless eager's vectorized kernel fuses:
 // add/sub with alpha and lerp use an FMA, as at::vec does).
-#include "dispatch/lowering.h"
+#include "dispatch/lazy/lowering.h"
 
 #include <ATen/ExpandUtils.h>
 #include <c10/core/DefaultDtype.h>

@@ -13,8 +13,8 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/core/stack.h>
 
-#include "dispatch/op_info.h"
-#include "dispatch/shape_inference.h"
+#include "dispatch/eager/op_info.h"
+#include "dispatch/eager/shape_inference.h"
 
 namespace kiln::dispatch {
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "dispatch/lower_context.h"
+#include "dispatch/lazy/lower_context.h"
 
 namespace kiln::dispatch {
 

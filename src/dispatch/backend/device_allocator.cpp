@@ -5,8 +5,10 @@
 
 #include <array>
 
-#include "dispatch/lazy.h"
-#include "dispatch/neuron.h"
+#include "dispatch/backend/devices.h"
+#include "dispatch/backend/startup.h"
+#include "dispatch/backend/sync.h"
+#include "dispatch/backend/torch_errors.h"
 #include "kiln/recorder.h"
 
 namespace kiln::dispatch {

@@ -13,8 +13,13 @@
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
-#include "dispatch/neuron.h"
-#include "dispatch/tensor_alias.h"
+#include "dispatch/backend/devices.h"
+#include "dispatch/backend/startup.h"
+#include "dispatch/backend/sync.h"
+#include "dispatch/backend/torch_errors.h"
+#include "dispatch/eager/device_tensors.h"
+#include "dispatch/eager/tensor_alias.h"
+#include "kiln/metrics.h"
 
 namespace kiln::dispatch {
 

@@ -1,5 +1,5 @@
 // LowerCtx: arguments -> trace values, outputs -> stores (see lower_context.h).
-#include "dispatch/lower_context.h"
+#include "dispatch/lazy/lower_context.h"
 
 #include <ATen/native/TypeProperties.h>
 

@@ -5,15 +5,15 @@
 #include <fstream>
 #include <thread>
 
-#include "dispatch/generator.h"
-#include "dispatch/neuron.h"
+#include "dispatch/backend/devices.h"
+#include "dispatch/backend/generator.h"
+#include "dispatch/backend/hooks.h"
+#include "dispatch/eager/library_kernel.h"
+#include "dispatch/backend/startup.h"
+#include "dispatch/backend/sync.h"
 #include "kiln/engine.h"
+#include "kiln/metrics.h"
 #include "kiln/recorder.h"
-
-namespace kiln::dispatch {
-void register_hooks();
-void route_composite_ops_to_library_kernel();
-}
 
 namespace {
 

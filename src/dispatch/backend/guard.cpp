@@ -7,9 +7,11 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <atomic>
+#include "dispatch/backend/devices.h"
+#include "dispatch/backend/startup.h"
+#include "dispatch/backend/sync.h"
+#include "dispatch/backend/torch_errors.h"
 
-#include "dispatch/lazy.h"
-#include "dispatch/neuron.h"
 
 namespace kiln::dispatch {
 namespace {

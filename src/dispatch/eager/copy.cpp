@@ -7,10 +7,14 @@
 #include <ATen/ops/copy_native.h>
 #include <torch/library.h>
 
-#include "dispatch/lazy.h"
-#include "dispatch/neuron.h"
-#include "dispatch/op_info.h"
-#include "dispatch/tensor_alias.h"
+#include "dispatch/backend/devices.h"
+#include "dispatch/backend/sync.h"
+#include "dispatch/backend/torch_errors.h"
+#include "dispatch/eager/device_tensors.h"
+#include "dispatch/eager/op_info.h"
+#include "dispatch/eager/tensor_alias.h"
+#include "dispatch/lazy/record.h"
+#include "kiln/metrics.h"
 #include "kiln/recorder.h"
 
 namespace kiln::dispatch {

@@ -1,0 +1,94 @@
+// Start-up: knobs, the runtime, the engine, fork safety, the mode switch.
+#include "dispatch/backend/startup.h"
+
+#include <Python.h>
+#include <pthread.h>
+
+#include <atomic>
+#include <functional>
+#include <iostream>
+#include <mutex>
+
+#include "dispatch/backend/devices.h"
+#include "dispatch/backend/sync.h"
+#include "kiln/engine.h"
+#include "kiln/recorder.h"
+
+namespace kiln::dispatch {
+
+namespace {
+std::atomic<bool> g_initialized{false};
+std::atomic<bool> g_bad_fork{false};
+Settings g_settings;
+std::mutex g_init_mu;
+
+void mark_bad_fork() { g_bad_fork.store(true); }
+
+// The runtime's waits let go of the GIL: a launch may need it (a
+// Python-registered kernel, or dropping a tensor a Python object owns).
+void wait_without_the_gil(const std::function<void()>& wait) {
+  if (!Py_IsInitialized() || !PyGILState_Check()) {
+    wait();
+    return;
+  }
+  struct Released {
+    PyThreadState* saved = PyEval_SaveThread();
+    ~Released() { PyEval_RestoreThread(saved); }
+  } released;
+  wait();
+}
+
+// Hands the engine its options (from the knobs). Throws what engine::configure throws.
+void configure_engine() {
+  const Settings& s = settings();
+  engine::Options o;
+  o.fusion.max_ops = s.fusion_max_ops;
+  o.fusion.stream_min_bytes = s.stream_min_mb << 20;
+  o.codegen.fast_math = s.fast_math;
+  o.num_threads = s.num_threads;
+  o.dump_dir = s.dump_dir;
+  o.log_enabled = [](const char* channel) { return settings().log_enabled(channel); };
+  o.log = [](const char* channel, const std::string& message) { log(channel, message); };
+  engine::configure(o);
+}
+
+}  // namespace
+
+void initialize() {
+  std::lock_guard<std::mutex> lock(g_init_mu);
+  if (g_initialized.load()) return;
+  g_settings = parse_settings();  // throws KnobError
+  runtime::RuntimeOptions opts;
+  opts.device_count = g_settings.device_count;
+  opts.capacity_bytes = static_cast<size_t>(g_settings.device_memory_mb) << 20;
+  opts.launch_blocking = g_settings.launch_blocking;
+  opts.host_wait = &wait_without_the_gil;
+  runtime::Runtime::init(opts);
+  configure_engine();  // throws for an unwritable KILN_DUMP_DIR
+  trace::set_lazy_mode(g_settings.lazy);
+  if (g_settings.lazy) engine::start_compiler_warm_up();
+  pthread_atfork(nullptr, nullptr, &mark_bad_fork);
+  g_initialized.store(true);
+  log("runtime", "started " + std::to_string(opts.device_count) + " device(s) '" + g_settings.device_name + "', " +
+                     std::to_string(g_settings.device_memory_mb) + " MiB each" +
+                     (opts.launch_blocking ? ", launch blocking" : ""));
+}
+
+bool is_initialized() { return g_initialized.load(std::memory_order_acquire); }
+
+const Settings& settings() { return g_settings; }
+
+void set_lazy_mode(bool lazy) {
+  for (c10::DeviceIndex i = 0; i < device_count(); ++i) synchronize(device(i), "mode switch");
+  trace::set_lazy_mode(lazy);
+  if (lazy) engine::start_compiler_warm_up();
+}
+
+bool in_bad_fork() { return g_bad_fork.load(std::memory_order_relaxed); }
+
+void log(const char* channel, const std::string& message) {
+  if (!g_settings.log_enabled(channel)) return;
+  std::cerr << "[kiln:" << channel << "] " << message << std::endl;
+}
+
+}  // namespace kiln::dispatch

@@ -1,0 +1,29 @@
+// Start-up of the backend: the knobs, the runtime, the engine, fork safety,
+// and the mode switch.
+#pragma once
+
+#include <string>
+
+#include "kiln/knobs.h"
+
+namespace kiln::dispatch {
+
+// Parses the knobs, starts the runtime and configures the engine. Throws
+// KnobError (a bad knob) or std::invalid_argument (an unwritable
+// KILN_DUMP_DIR): the Python module's _init() calls it, so the error
+// surfaces at import.
+void initialize();
+bool is_initialized();
+const Settings& settings();
+
+// Switches KILN_MODE at run time (kiln.set_mode): flushes what every device
+// recorded first, so nothing recorded under one mode is left behind.
+void set_lazy_mode(bool lazy);
+
+// Set once in a forked child: the device's worker threads did not survive.
+bool in_bad_fork();
+
+// Logging to stderr for an enabled KILN_LOG channel.
+void log(const char* channel, const std::string& message);
+
+}  // namespace kiln::dispatch

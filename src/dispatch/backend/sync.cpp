@@ -1,0 +1,49 @@
+// Sync points, flushes and untraced launches (see sync.h).
+#include "dispatch/backend/sync.h"
+
+#include <exception>
+#include <string>
+
+#include "dispatch/backend/devices.h"
+#include "dispatch/backend/torch_errors.h"
+#include "kiln/engine.h"
+#include "kiln/metrics.h"
+#include "kiln/recorder.h"
+
+namespace kiln::dispatch {
+
+void flush_trace(runtime::Device& dev, std::string_view reason) {
+  if (!trace::lazy_mode()) return;
+  std::string failure;
+  delivering_launch_errors(reason, [&] {
+    try {
+      trace::recorder(dev.index()).flush([&](const trace::Trace& t) { engine::flush(dev, t, reason); });
+    } catch (const runtime::LaunchError&) {
+      throw;  // a blocking launch failed: eager's error, at the op
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+  });
+  TORCH_CHECK(failure.empty(), "kiln: running the ops recorded on ", device_string(dev.index()), " since the last ",
+              "sync failed: ", failure, ". This is a kiln bug; KILN_MODE=eager runs every op on its own.");
+}
+
+void synchronize(runtime::Device& dev, std::string_view reason) {
+  flush_trace(dev, reason);
+  wait_for_launches(dev, reason);
+}
+
+void wait_for_launches(runtime::Device& dev, std::string_view reason) {
+  Metrics::global().add(Counter::SyncPoints, reason);
+  delivering_launch_errors(reason, [&] { dev.synchronize(); });
+}
+
+void enqueue(runtime::Device& dev, std::string_view name, runtime::LaunchQueue::Work work) {
+  flush_trace(dev, "untraced op");  // what the program issued before this runs before it
+  // What the work throws reaches the next sync point as a LaunchError
+  // carrying it (rethrow_launch_error gives it back its type); with
+  // KILN_LAUNCH_BLOCKING the device raises it here.
+  delivering_launch_errors("launch blocking", [&] { dev.launch(std::string(name), std::move(work)); });
+}
+
+}  // namespace kiln::dispatch

@@ -1,0 +1,30 @@
+// Sync points and the launch of untraced work: the order of a device's
+// queue is the order the program issued its ops in, because what the device
+// recorded is flushed before anything else enters the queue.
+#pragma once
+
+#include <string_view>
+
+#include "kiln/runtime.h"
+
+namespace kiln::dispatch {
+
+// Compiles and launches what the device recorded; a no-op in eager mode or
+// when nothing is pending. `reason` is counted in the metrics. With
+// KILN_LAUNCH_BLOCKING a failed launch raises here, as eager's error.
+void flush_trace(runtime::Device& dev, std::string_view reason);
+
+// Flushes, waits for every launch on the device and delivers its pending
+// error as a c10::Error (the GIL is released while waiting). `reason` is
+// counted as a sync point.
+void synchronize(runtime::Device& dev, std::string_view reason);
+
+// synchronize() without the flush.
+void wait_for_launches(runtime::Device& dev, std::string_view reason);
+
+// Flushes, then launches `work` on the device as one launch named `name`.
+// With KILN_LAUNCH_BLOCKING=1 the device waits for it and its error raises
+// here.
+void enqueue(runtime::Device& dev, std::string_view name, runtime::LaunchQueue::Work work);
+
+}  // namespace kiln::dispatch

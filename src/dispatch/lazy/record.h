@@ -1,0 +1,22 @@
+// Lazy mode's entry (KILN_MODE=lazy): a traceable call is lowered into a
+// TraceOp and recorded into the device's micro-trace instead of launched;
+// the trace is flushed before anything else enters the device's queue and
+// at every sync point (backend/sync.h), so the queue always runs work in
+// the order the program issued it.
+#pragma once
+
+#include <ATen/core/stack.h>
+
+#include "dispatch/eager/op_info.h"
+
+namespace kiln::dispatch {
+
+// Records the call into the device's micro-trace if the lowering takes these
+// arguments (the caller checked that the mode is lazy and the op has a
+// lowering). `outputs` are the op's results (allocated, or the arguments it
+// writes); `fresh[j]` says output j was allocated for this call. Returns
+// false when the caller must launch it.
+bool try_record(const OpInfo& info, const torch::jit::Stack& stack, size_t first, c10::DeviceIndex index,
+                c10::ArrayRef<c10::IValue> outputs, c10::ArrayRef<bool> fresh);
+
+}  // namespace kiln::dispatch
