@@ -17,7 +17,9 @@ using KernelFn = void (*)(void* const* buffers, const int64_t* ints, const doubl
                           int64_t end);
 
 struct Options {
-  bool fast_math = false;  // KILN_FAST_MATH: reassociation, contraction, approximate functions
+  // KILN_FAST_MATH (default off, as the knob's; test Engine.OptionsFollowTheKnobs):
+  // reassociation, contraction, approximate functions.
+  bool fast_math = false;
   // kiln's own math may use AVX-512-only instructions (vscalefps in exp)
   // where the host has them; false keeps it to the code every x86-64 with
   // FMA runs (what hosts without AVX-512 get; tests check both agree).

@@ -16,17 +16,26 @@
 #include "kiln/runtime.h"
 #include "kiln/trace.h"
 
+namespace kiln {
+struct Settings;  // kiln/knobs.h
+}
+
 namespace kiln::engine {
 
 struct Options {
   fusion::Options fusion;
   codegen::Options codegen;
-  int num_threads = 1;   // KILN_NUM_THREADS
+  int num_threads = 1;   // KILN_NUM_THREADS (options_for); 1 without the knobs
   std::string dump_dir;  // KILN_DUMP_DIR (empty: off)
   // Log sink: channel ("fusion", "compile") and message; empty: no logging.
   std::function<bool(const char*)> log_enabled;
   std::function<void(const char*, const std::string&)> log;
 };
+
+// The options the knobs ask for (KILN_FUSION_MAX_OPS, KILN_STREAM_MIN_MB,
+// KILN_FAST_MATH, KILN_NUM_THREADS, KILN_DUMP_DIR); the log sink is left
+// to the caller, who owns the channels.
+Options options_for(const Settings& settings);
 
 // Sets the options; called once before the first flush. Throws
 // std::invalid_argument when KILN_DUMP_DIR cannot be created or written.

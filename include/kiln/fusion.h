@@ -16,7 +16,9 @@
 namespace kiln::fusion {
 
 struct Options {
-  int max_ops = 64;  // KILN_FUSION_MAX_OPS (rule 8)
+  // KILN_FUSION_MAX_OPS (rule 8). Plans made without the knobs (tests, the
+  // compiler warm-up) get its default; test Engine.OptionsFollowTheKnobs pins it.
+  int max_ops = 64;
   // A kernel that can_stream_stores and stores at least this many bytes per
   // launch streams them (ir::Kernel::streaming_stores); 0: never.
   int64_t stream_min_bytes = 0;  // KILN_STREAM_MIN_MB

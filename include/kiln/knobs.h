@@ -1,7 +1,10 @@
 // The knob table: the one place kiln's environment variables are declared.
 //
 // Parsing, validation, `python -m kiln knobs` and docs/knobs.md are all derived
-// from kKnobTable. To add a knob, add a row here and a field to Settings.
+// from knob_table() in src/support/knobs.cpp. To add a knob: add a row there
+// (its `set` stores the value) and a field to Settings; tests/cpp/test_knobs.cpp
+// (every_knob()) then asks for a non-default value to check the row with.
+// What the engine does with the settings is engine::options_for().
 #pragma once
 
 #include <cstdint>
@@ -23,11 +26,17 @@ enum class KnobKind {
   Path,      // a filesystem path, or empty
 };
 
+struct Settings;
+
 struct KnobSpec {
   const char* name;
   KnobKind kind;
   const char* default_value;  // as it would be written in the environment
   const char* help;           // one line
+  // Stores a value already validated against this row into its Settings field,
+  // resolving `special` ("auto"). parse_settings applies the rows in table
+  // order, so a setter may read the fields of rows above it.
+  void (*set)(Settings& settings, const std::string& value);
   int64_t min = 0;            // Integer only
   int64_t max = 0;            // Integer only
   std::vector<std::string> choices = {};  // Choice / ChoiceList
@@ -53,7 +62,9 @@ class KnobError : public std::invalid_argument {
 
 enum class FallbackPolicy { Warn, Error, Silent };
 
-// Typed view of the knobs, parsed once from the environment.
+// Typed view of the knobs, parsed once from the environment. No field has a
+// default of its own: the table holds the defaults, parse_settings({}) gives
+// them, and a default-constructed Settings means nothing.
 struct Settings {
   std::string device_name;
   int device_count;
@@ -62,17 +73,20 @@ struct Settings {
   FallbackPolicy fallback;
   bool metrics_at_exit;
   std::set<std::string> log;  // enabled KILN_LOG channels
-  bool lazy = true;           // KILN_MODE
-  int64_t trace_max_ops = 1024;
-  int fusion_max_ops = 64;
-  bool fast_math = false;
-  int num_threads = 1;
-  int64_t stream_min_mb = 4;  // KILN_STREAM_MIN_MB (0: never)
-  std::string dump_dir;       // empty: off
+  // KILN_MODE, the mode kiln starts in; the live mode, which Python may
+  // switch, is the recorder's (trace::lazy_mode()).
+  bool lazy;
+  int64_t trace_max_ops;
+  int fusion_max_ops;
+  bool fast_math;
+  int num_threads;
+  int64_t stream_min_mb;  // 0: never
+  std::string dump_dir;   // empty: off
 
   bool log_enabled(const std::string& channel) const {
     return log.count(channel) != 0 || log.count("all") != 0;
   }
+  bool operator==(const Settings&) const = default;  // tests compare whole settings
 };
 
 struct KnobValue {

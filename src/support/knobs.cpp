@@ -7,51 +7,138 @@
 #include <cstdlib>
 #include <sstream>
 #include <stdexcept>
+#include <type_traits>
 
 extern char** environ;
 
 namespace kiln {
 
+namespace {
+
+std::optional<int64_t> parse_int(const std::string& s) {
+  if (s.empty() || s.size() > 19) return std::nullopt;
+  size_t i = (s[0] == '-' || s[0] == '+') ? 1 : 0;
+  if (i == s.size()) return std::nullopt;
+  for (size_t j = i; j < s.size(); ++j) {
+    if (s[j] < '0' || s[j] > '9') return std::nullopt;
+  }
+  try {
+    return std::stoll(s);
+  } catch (const std::out_of_range&) {  // 19 digits can exceed int64_t
+    return std::nullopt;
+  }
+}
+
+std::vector<std::string> split_list(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    item.erase(0, item.find_first_not_of(" \t"));
+    item.erase(item.find_last_not_of(" \t") + 1);
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+// Setters for the rows. Each gets a value its row has validated.
+template <auto field>
+void set_text(Settings& s, const std::string& v) {
+  s.*field = v;
+}
+
+template <auto field>
+void set_flag(Settings& s, const std::string& v) {
+  s.*field = v == "1";
+}
+
+template <auto field>
+void set_integer(Settings& s, const std::string& v) {
+  s.*field = static_cast<std::remove_reference_t<decltype(s.*field)>>(*parse_int(v));
+}
+
+void set_device_memory_mb(Settings& s, const std::string& v) {
+  s.device_memory_mb = v == "auto" ? auto_device_memory_mb() : *parse_int(v);
+}
+
+void set_fallback(Settings& s, const std::string& v) {
+  s.fallback = v == "error" ? FallbackPolicy::Error : v == "silent" ? FallbackPolicy::Silent : FallbackPolicy::Warn;
+}
+
+void set_start_mode(Settings& s, const std::string& v) { s.lazy = v == "lazy"; }
+
+void set_log(Settings& s, const std::string& v) {
+  const std::vector<std::string> channels = split_list(v);
+  s.log = std::set<std::string>(channels.begin(), channels.end());
+}
+
+void set_num_threads(Settings& s, const std::string& v) {
+  s.num_threads = v == "auto" ? auto_num_threads() : static_cast<int>(*parse_int(v));
+}
+
+// auto: 4 MiB per thread, so it reads num_threads: its row comes after
+// KILN_NUM_THREADS (test Knobs.StreamingThresholdFollowsTheThreads).
+void set_stream_min_mb(Settings& s, const std::string& v) {
+  s.stream_min_mb = v == "auto" ? 4 * int64_t{s.num_threads} : *parse_int(v);
+}
+
+// KILN_DIFF_CASES is the test suite's; kiln keeps nothing of it.
+void read_by_the_tests_only(Settings&, const std::string&) {}
+
+}  // namespace
+
+// parse_settings sets the fields in this order: a row's setter may read the
+// rows above it (KILN_STREAM_MIN_MB reads KILN_NUM_THREADS).
 const std::vector<KnobSpec>& knob_table() {
   static const std::vector<KnobSpec> table = {
       {"KILN_DEVICE_NAME", KnobKind::Text, "neuron",
-       "Name the device registers under (torch.device('<name>'), torch.<name>, Tensor.<name>()).", 0, 0, {},
-       nullptr,
+       "Name the device registers under (torch.device('<name>'), torch.<name>, Tensor.<name>()).",
+       set_text<&Settings::device_name>, 0, 0, {}, nullptr,
        {"cpu", "cuda", "hip", "mps", "xpu", "mtia", "meta", "xla", "lazy", "ipu", "hpu", "ve", "fpga", "maia",
         "vulkan", "mkldnn", "opengl", "opencl", "ideep", "ort", "privateuseone"}},
-      {"KILN_DEVICE_COUNT", KnobKind::Integer, "2", "Number of emulated devices.", 1, 16},
+      {"KILN_DEVICE_COUNT", KnobKind::Integer, "2", "Number of emulated devices.",
+       set_integer<&Settings::device_count>, 1, 16},
       {"KILN_DEVICE_MEMORY_MB", KnobKind::Integer, "auto",
-       "Capacity of each device's memory pool in MiB; auto = a quarter of the machine's RAM.", 1,
-       int64_t(1) << 30, {}, "auto"},
+       "Capacity of each device's memory pool in MiB; auto = a quarter of the machine's RAM.",
+       set_device_memory_mb, 1, int64_t(1) << 30, {}, "auto"},
       {"KILN_LAUNCH_BLOCKING", KnobKind::Boolean, "0",
-       "1: wait for every launch, so a failing op raises at the op instead of at the next sync."},
+       "1: wait for every launch, so a failing op raises at the op instead of at the next sync.",
+       set_flag<&Settings::launch_blocking>},
       {"KILN_FALLBACK", KnobKind::Choice, "warn",
-       "What a host fallback does: warn once per op, raise an error, or stay silent.", 0, 0,
-       {"warn", "error", "silent"}},
-      {"KILN_METRICS", KnobKind::Boolean, "0", "1: print kiln's metrics report when the process exits."},
+       "What a host fallback does: warn once per op, raise an error, or stay silent.", set_fallback,
+       0, 0, {"warn", "error", "silent"}},
+      {"KILN_METRICS", KnobKind::Boolean, "0", "1: print kiln's metrics report when the process exits.",
+       set_flag<&Settings::metrics_at_exit>},
       {"KILN_LOG", KnobKind::ChoiceList, "",
-       "Comma-separated log channels printed to stderr (fusion: each region as it is formed).", 0, 0,
-       {"runtime", "dispatch", "fallback", "fusion", "compile", "all"}},
+       "Comma-separated log channels printed to stderr (fusion: each region as it is formed).", set_log, 0,
+       0, {"runtime", "dispatch", "fallback", "fusion", "compile", "all"}},
       {"KILN_MODE", KnobKind::Choice, "lazy",
        "lazy: record ops into micro-traces, fuse and compile them, launch at sync points; "
-       "eager: one library-kernel launch per op.", 0, 0, {"lazy", "eager"}},
+       "eager: one library-kernel launch per op.",
+       set_start_mode, 0, 0, {"lazy", "eager"}},
       {"KILN_TRACE_MAX_OPS", KnobKind::Integer, "1024",
-       "A micro-trace is flushed when it holds this many ops.", 1, 1000000},
-      {"KILN_FUSION_MAX_OPS", KnobKind::Integer, "64", "Most ops fused into one region (one kernel).", 1, 4096},
+       "A micro-trace is flushed when it holds this many ops.",
+       set_integer<&Settings::trace_max_ops>, 1, 1000000},
+      {"KILN_FUSION_MAX_OPS", KnobKind::Integer, "64", "Most ops fused into one region (one kernel).",
+       set_integer<&Settings::fusion_max_ops>, 1, 4096},
       {"KILN_FAST_MATH", KnobKind::Boolean, "0",
        "1: let compiled kernels reassociate and contract floating-point math and divide by a refined "
-       "reciprocal estimate (faster reductions and divisions, results differ from eager in the last bits).", 0, 0},
+       "reciprocal estimate (faster reductions and divisions, results differ from eager in the last bits).",
+       set_flag<&Settings::fast_math>},
       {"KILN_NUM_THREADS", KnobKind::Integer, "auto",
-       "Threads a compiled kernel splits its iteration space over; auto = the machine's cores.", 1, 256, {},
-       "auto"},
+       "Threads a compiled kernel splits its iteration space over; auto = the machine's cores.", set_num_threads,
+       1, 256, {}, "auto"},
       {"KILN_STREAM_MIN_MB", KnobKind::Integer, "auto",
        "A pointwise kernel launch that stores at least this many MiB writes them with non-temporal stores, "
-       "which bypass the cache; 0: never; auto = 4 per KILN_NUM_THREADS thread.", 0, 1 << 20, {}, "auto"},
+       "which bypass the cache; 0: never; auto = 4 per KILN_NUM_THREADS thread.",
+       set_stream_min_mb, 0, 1 << 20, {}, "auto"},
       {"KILN_DUMP_DIR", KnobKind::Path, "",
-       "Directory where the Kernel IR and LLVM IR of every compiled region are written (empty: off)."},
+       "Directory where the Kernel IR and LLVM IR of every compiled region are written (empty: off).",
+       set_text<&Settings::dump_dir>},
       {"KILN_DIFF_CASES", KnobKind::Integer, "2000",
        "Test suite only: how many seeded random programs the lazy-vs-eager differential test runs "
-       "(tests/python/test_lazy_differential.py); kiln itself does not read it.", 1, 100000000},
+       "(tests/python/test_lazy_differential.py); kiln itself does not read it.",
+       read_by_the_tests_only, 1, 100000000},
   };
   return table;
 }
@@ -86,32 +173,6 @@ std::map<std::string, std::string> process_env() {
 std::map<std::string, std::string> env_or_process(
     const std::optional<std::map<std::string, std::string>>& env) {
   return env ? *env : process_env();
-}
-
-std::optional<int64_t> parse_int(const std::string& s) {
-  if (s.empty() || s.size() > 19) return std::nullopt;
-  size_t i = (s[0] == '-' || s[0] == '+') ? 1 : 0;
-  if (i == s.size()) return std::nullopt;
-  for (size_t j = i; j < s.size(); ++j) {
-    if (s[j] < '0' || s[j] > '9') return std::nullopt;
-  }
-  try {
-    return std::stoll(s);
-  } catch (const std::out_of_range&) {  // 19 digits can exceed int64_t
-    return std::nullopt;
-  }
-}
-
-std::vector<std::string> split_list(const std::string& s) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    item.erase(0, item.find_first_not_of(" \t"));
-    item.erase(item.find_last_not_of(" \t") + 1);
-    if (!item.empty()) out.push_back(item);
-  }
-  return out;
 }
 
 // Validates `value` against `spec`; throws KnobError.
@@ -219,30 +280,11 @@ std::vector<std::pair<const KnobSpec*, KnobValue>> describe_knobs(
 }
 
 Settings parse_settings(const std::optional<std::map<std::string, std::string>>& env) {
-  std::map<std::string, std::string> values;
+  Settings s{};  // zeros until the rows set every field
   for (auto& [spec, v] : describe_knobs(env)) {
     validate(*spec, v.value);
-    values[spec->name] = v.value;
+    spec->set(s, v.value);
   }
-  Settings s;
-  s.device_name = values["KILN_DEVICE_NAME"];
-  s.device_count = static_cast<int>(*parse_int(values["KILN_DEVICE_COUNT"]));
-  const std::string& mem = values["KILN_DEVICE_MEMORY_MB"];
-  s.device_memory_mb = mem == "auto" ? auto_device_memory_mb() : *parse_int(mem);
-  s.launch_blocking = values["KILN_LAUNCH_BLOCKING"] == "1";
-  const std::string& fb = values["KILN_FALLBACK"];
-  s.fallback = fb == "error" ? FallbackPolicy::Error : fb == "silent" ? FallbackPolicy::Silent : FallbackPolicy::Warn;
-  s.metrics_at_exit = values["KILN_METRICS"] == "1";
-  for (const auto& c : split_list(values["KILN_LOG"])) s.log.insert(c);
-  s.lazy = values["KILN_MODE"] == "lazy";
-  s.trace_max_ops = *parse_int(values["KILN_TRACE_MAX_OPS"]);
-  s.fusion_max_ops = static_cast<int>(*parse_int(values["KILN_FUSION_MAX_OPS"]));
-  s.fast_math = values["KILN_FAST_MATH"] == "1";
-  const std::string& threads = values["KILN_NUM_THREADS"];
-  s.num_threads = threads == "auto" ? auto_num_threads() : static_cast<int>(*parse_int(threads));
-  const std::string& stream = values["KILN_STREAM_MIN_MB"];
-  s.stream_min_mb = stream == "auto" ? 4 * int64_t{s.num_threads} : *parse_int(stream);
-  s.dump_dir = values["KILN_DUMP_DIR"];
   return s;
 }
 

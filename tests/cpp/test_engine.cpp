@@ -2,8 +2,11 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
+#include <string>
 
 #include "kiln/engine.h"
+#include "kiln/knobs.h"
 #include "kiln/metrics.h"
 
 using namespace kiln;
@@ -102,4 +105,30 @@ TEST(Engine, CompilerWarmsUpOnceInTheBackground) {
   engine::start_compiler_warm_up();
   engine::wait_for_compiler_warm_up();
   EXPECT_EQ(Metrics::global().get(Counter::CompileTime, "warm_up_us"), warm_up_us);
+}
+
+// options_for carries each knob to its option. With the knobs' defaults it
+// gives what default-constructed options give (plans made without the knobs:
+// tests, the compiler warm-up), except where the knob's default is computed.
+TEST(Engine, OptionsFollowTheKnobs) {
+  const engine::Options d = engine::options_for(parse_settings(std::map<std::string, std::string>{}));
+  const engine::Options plain;
+  EXPECT_EQ(d.fusion.max_ops, std::stoi(find_knob("KILN_FUSION_MAX_OPS")->default_value));
+  EXPECT_EQ(d.fusion.max_ops, plain.fusion.max_ops);
+  EXPECT_EQ(d.codegen.fast_math, std::string(find_knob("KILN_FAST_MATH")->default_value) == "1");
+  EXPECT_EQ(d.codegen.fast_math, plain.codegen.fast_math);
+  EXPECT_EQ(d.codegen.avx512_math, plain.codegen.avx512_math);  // not a knob
+  EXPECT_EQ(d.num_threads, auto_num_threads());
+  EXPECT_EQ(d.fusion.stream_min_bytes, (4 * int64_t{auto_num_threads()}) << 20);
+  EXPECT_TRUE(d.dump_dir.empty());
+  EXPECT_FALSE(d.log || d.log_enabled);  // the caller's
+
+  const engine::Options o = engine::options_for(parse_settings(std::map<std::string, std::string>{
+      {"KILN_FUSION_MAX_OPS", "3"}, {"KILN_STREAM_MIN_MB", "2"}, {"KILN_FAST_MATH", "1"},
+      {"KILN_NUM_THREADS", "5"}, {"KILN_DUMP_DIR", "/tmp/kiln dump"}}));
+  EXPECT_EQ(o.fusion.max_ops, 3);
+  EXPECT_EQ(o.fusion.stream_min_bytes, int64_t{2} << 20);
+  EXPECT_TRUE(o.codegen.fast_math);
+  EXPECT_EQ(o.num_threads, 5);
+  EXPECT_EQ(o.dump_dir, "/tmp/kiln dump");
 }

@@ -1,6 +1,7 @@
 // Knob table: parsing, validation messages, warnings and generated docs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <optional>
@@ -19,12 +20,47 @@ namespace {
 
 using Env = std::map<std::string, std::string>;
 
-const std::vector<std::string> kAllKnobs = {
-    "KILN_DEVICE_NAME", "KILN_DEVICE_COUNT", "KILN_DEVICE_MEMORY_MB", "KILN_LAUNCH_BLOCKING",
-    "KILN_FALLBACK",    "KILN_METRICS",      "KILN_LOG",              "KILN_MODE",
-    "KILN_TRACE_MAX_OPS", "KILN_FUSION_MAX_OPS", "KILN_FAST_MATH",     "KILN_NUM_THREADS",
-    "KILN_STREAM_MIN_MB", "KILN_DUMP_DIR",     "KILN_DIFF_CASES",
+// Every knob with a value other than its default, and what parsing that value
+// does to the default settings: the knob's own field, and fields that follow it.
+struct KnobCase {
+  std::string name;
+  std::string value;
+  void (*expect)(Settings& s);
 };
+
+// Not the machine's auto thread count, so setting it changes the settings.
+int other_thread_count() { return kiln::auto_num_threads() % 256 + 1; }
+
+const std::vector<KnobCase>& every_knob() {
+  static const std::vector<KnobCase> cases = {
+      {"KILN_DEVICE_NAME", "my_dev", [](Settings& s) { s.device_name = "my_dev"; }},
+      {"KILN_DEVICE_COUNT", "3", [](Settings& s) { s.device_count = 3; }},
+      {"KILN_DEVICE_MEMORY_MB", "1", [](Settings& s) { s.device_memory_mb = 1; }},  // auto is >= 256
+      {"KILN_LAUNCH_BLOCKING", "1", [](Settings& s) { s.launch_blocking = true; }},
+      {"KILN_FALLBACK", "error", [](Settings& s) { s.fallback = FallbackPolicy::Error; }},
+      {"KILN_METRICS", "1", [](Settings& s) { s.metrics_at_exit = true; }},
+      {"KILN_LOG", "fusion", [](Settings& s) { s.log = {"fusion"}; }},
+      {"KILN_MODE", "eager", [](Settings& s) { s.lazy = false; }},
+      {"KILN_TRACE_MAX_OPS", "7", [](Settings& s) { s.trace_max_ops = 7; }},
+      {"KILN_FUSION_MAX_OPS", "3", [](Settings& s) { s.fusion_max_ops = 3; }},
+      {"KILN_FAST_MATH", "1", [](Settings& s) { s.fast_math = true; }},
+      {"KILN_NUM_THREADS", std::to_string(other_thread_count()),
+       [](Settings& s) {
+         s.num_threads = other_thread_count();
+         s.stream_min_mb = 4 * int64_t{s.num_threads};  // its auto follows the threads
+       }},
+      {"KILN_STREAM_MIN_MB", "0", [](Settings& s) { s.stream_min_mb = 0; }},
+      {"KILN_DUMP_DIR", "/tmp/kiln dump", [](Settings& s) { s.dump_dir = "/tmp/kiln dump"; }},
+      {"KILN_DIFF_CASES", "5", [](Settings&) {}},  // the test suite's: kiln keeps nothing
+  };
+  return cases;
+}
+
+const std::vector<std::string> kAllKnobs = [] {
+  std::vector<std::string> names;
+  for (const auto& c : every_knob()) names.push_back(c.name);
+  return names;
+}();
 
 bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
@@ -66,6 +102,34 @@ TEST(Knobs, TableHasEveryKnobOnce) {
   EXPECT_EQ(kiln::find_knob(""), nullptr);
 }
 
+// A row that sets nothing, or another row's field, fails here; a new row
+// fails until every_knob() has a case for it.
+TEST(Knobs, EveryRowSetsItsField) {
+  const Settings defaults = kiln::parse_settings(Env{});
+  for (const auto& spec : kiln::knob_table()) {
+    SCOPED_TRACE(spec.name);
+    ASSERT_NE(spec.set, nullptr);
+    auto c = std::find_if(every_knob().begin(), every_knob().end(),
+                          [&](const KnobCase& k) { return k.name == spec.name; });
+    ASSERT_NE(c, every_knob().end()) << "add a case to every_knob()";
+    ASSERT_NE(c->value, spec.default_value);
+    Settings expected = defaults;
+    c->expect(expected);
+    EXPECT_TRUE(kiln::parse_settings(Env{{c->name, c->value}}) == expected);
+    if (c->name != "KILN_DIFF_CASES") EXPECT_FALSE(expected == defaults);
+  }
+}
+
+// Rows are applied in table order: KILN_STREAM_MIN_MB's auto reads the
+// thread count, so KILN_NUM_THREADS must come first (the values:
+// StreamingThresholdIsFourMiBPerThreadUnlessSet).
+TEST(Knobs, StreamingThresholdFollowsTheThreads) {
+  const auto& table = kiln::knob_table();
+  auto row = [&](const char* name) { return kiln::find_knob(name) - table.data(); };
+  EXPECT_LT(row("KILN_NUM_THREADS"), row("KILN_STREAM_MIN_MB"));
+  EXPECT_EQ(kiln::parse_settings(Env{}).stream_min_mb, 4 * int64_t{kiln::auto_num_threads()});
+}
+
 TEST(Knobs, DefaultsWithAnEmptyEnvironment) {
   Settings s = kiln::parse_settings(Env{});
   EXPECT_EQ(s.device_name, "neuron");
@@ -77,6 +141,13 @@ TEST(Knobs, DefaultsWithAnEmptyEnvironment) {
   EXPECT_FALSE(s.metrics_at_exit);
   EXPECT_TRUE(s.log.empty());
   EXPECT_FALSE(s.log_enabled("runtime"));
+  EXPECT_TRUE(s.lazy);
+  EXPECT_EQ(s.trace_max_ops, 1024);
+  EXPECT_EQ(s.fusion_max_ops, 64);
+  EXPECT_FALSE(s.fast_math);
+  EXPECT_EQ(s.num_threads, kiln::auto_num_threads());
+  EXPECT_EQ(s.stream_min_mb, 4 * int64_t{s.num_threads});
+  EXPECT_TRUE(s.dump_dir.empty());
 }
 
 TEST(Knobs, ExplicitEnvironmentIgnoresTheProcessEnvironment) {

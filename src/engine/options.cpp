@@ -1,0 +1,18 @@
+// The engine's options from the knobs (see include/kiln/engine.h): the one
+// place a Settings field becomes an engine, fusion or codegen option.
+#include "kiln/engine.h"
+#include "kiln/knobs.h"
+
+namespace kiln::engine {
+
+Options options_for(const Settings& s) {
+  Options o;
+  o.fusion.max_ops = s.fusion_max_ops;
+  o.fusion.stream_min_bytes = s.stream_min_mb << 20;
+  o.codegen.fast_math = s.fast_math;
+  o.num_threads = s.num_threads;
+  o.dump_dir = s.dump_dir;
+  return o;
+}
+
+}  // namespace kiln::engine
