@@ -40,13 +40,7 @@ void wait_without_the_gil(const std::function<void()>& wait) {
 
 // Hands the engine its options (from the knobs). Throws what engine::configure throws.
 void configure_engine() {
-  const Settings& s = settings();
-  engine::Options o;
-  o.fusion.max_ops = s.fusion_max_ops;
-  o.fusion.stream_min_bytes = s.stream_min_mb << 20;
-  o.codegen.fast_math = s.fast_math;
-  o.num_threads = s.num_threads;
-  o.dump_dir = s.dump_dir;
+  engine::Options o = engine::options_for(settings());
   o.log_enabled = [](const char* channel) { return settings().log_enabled(channel); };
   o.log = [](const char* channel, const std::string& message) { log(channel, message); };
   engine::configure(o);

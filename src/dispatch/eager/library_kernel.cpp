@@ -193,37 +193,53 @@ class HeldWarnings final : public c10::WarningHandler {
 
 // ------------------------------------------------------------ paths
 
-void run_view(const c10::OperatorHandle& op, const OpInfo& info, torch::jit::Stack* stack, size_t first,
-              c10::DeviceIndex index) {
+// One dispatched call: the op, its arguments on the stack from `first`, and
+// its device, resolved and checked once.
+struct Call {
+  const c10::OperatorHandle& op;
+  const OpInfo& info;
+  torch::jit::Stack& stack;
+  size_t first;
+  runtime::Device& dev;
+
+  c10::DeviceIndex index() const { return static_cast<c10::DeviceIndex>(dev.index()); }
+  void set_results(Outputs&& outputs) {
+    stack.resize(first);
+    for (auto& o : outputs) stack.push_back(std::move(o));
+  }
+  void set_results(std::vector<c10::IValue>&& args) {
+    stack.resize(first);
+    for (auto& a : args) stack.push_back(std::move(a));
+  }
+};
+
+void run_view(Call& call) {
   AliasSet aliases(c10::DispatchKey::CPU);
-  std::vector<c10::IValue> args = host_arguments(info, *stack, first, aliases, index, false);
-  stack->resize(first);
-  for (auto& a : args) stack->push_back(std::move(a));
-  op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
-  for (size_t i = first; i < stack->size(); ++i) {
-    (*stack)[i] = map_tensors((*stack)[i], [&](const at::Tensor& r) {
+  call.set_results(host_arguments(call.info, call.stack, call.first, aliases, call.index(), false));
+  call.op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &call.stack);
+  for (size_t i = call.first; i < call.stack.size(); ++i) {
+    call.stack[i] = map_tensors(call.stack[i], [&](const at::Tensor& r) {
       at::Tensor v = aliases.device_view(r);
-      TORCH_CHECK(v.defined(), info.name, ": view op returned a tensor that is not a view of its input");
+      TORCH_CHECK(v.defined(), call.info.name, ": view op returned a tensor that is not a view of its input");
       return v;
     });
   }
 }
 
-void run_on_host(const c10::OperatorHandle& op, const OpInfo& info, torch::jit::Stack* stack, size_t first,
-                 c10::DeviceIndex index, std::string_view reason) {
+void run_on_host(Call& call, std::string_view reason) {
+  const OpInfo& info = call.info;
+  const c10::DeviceIndex index = call.index();
   if (info.is_fallback) warn_or_fail_fallback(info);
   else Metrics::global().add(Counter::LibraryKernels, info.name);
-  runtime::Device& dev = device(index);
-  synchronize(dev, reason == kFirstCall ? std::string(reason) : std::string(reason) + ": " + info.name);
-  std::vector<c10::IValue> device_args(stack->begin() + first, stack->end());
+  synchronize(call.dev, reason == kFirstCall ? std::string(reason) : std::string(reason) + ": " + info.name);
+  std::vector<c10::IValue> device_args(call.stack.begin() + call.first, call.stack.end());
   AliasSet aliases(c10::DispatchKey::CPU, /*resizable_cpu=*/true);
-  std::vector<c10::IValue> args = host_arguments(info, *stack, first, aliases, index, false);
+  std::vector<c10::IValue> args = host_arguments(info, call.stack, call.first, aliases, index, false);
   std::vector<c10::IValue> host_args = args;
-  stack->resize(first);
-  for (auto& a : args) stack->push_back(std::move(a));
+  call.set_results(std::move(args));
   {
     c10::DeviceGuard guard(c10::Device(c10::kPrivateUse1, index));
-    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), stack);
+    call.op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &call.stack);
   }
   // Arguments the CPU kernel wrote take the geometry it gave them (out=
   // resizing); ones it had to reallocate got host memory: bring that back.
@@ -240,8 +256,8 @@ void run_on_host(const c10::OperatorHandle& op, const OpInfo& info, torch::jit::
     }
     impl->set_sizes_and_strides(host_t.sizes(), host_t.strides(), host_t.storage_offset());
   }
-  for (size_t i = first; i < stack->size(); ++i) {
-    (*stack)[i] = map_tensors((*stack)[i], [&](const at::Tensor& r) {
+  for (size_t i = call.first; i < call.stack.size(); ++i) {
+    call.stack[i] = map_tensors(call.stack[i], [&](const at::Tensor& r) {
       if (r.is_privateuseone()) return r;
       at::Tensor v = aliases.device_view(r);
       if (v.defined()) return v;
@@ -255,104 +271,49 @@ void run_on_host(const c10::OperatorHandle& op, const OpInfo& info, torch::jit::
   }
 }
 
-void run_async(const c10::OperatorHandle& op, const OpInfo& info, torch::jit::Stack* stack, size_t first,
-               c10::DeviceIndex index) {
-  // 1. Shape inference (the op's meta kernel, memoized).
-  std::shared_ptr<const InferredShapes> shapes;
+// The op's meta kernel, memoized (shape_inference.h); null when the output
+// geometry depends on data, or on an error: the CPU kernel on the host then
+// gives eager's answer, and the call is done.
+std::shared_ptr<const InferredShapes> infer_or_run_on_host(Call& call) {
   try {
-    shapes = infer_shapes(op, info.mutable_arg, *stack, first, info.shapes);
+    return infer_shapes(call.op, call.info.mutable_arg, call.stack, call.first, call.info.shapes);
   } catch (const std::exception&) {
-    // Data-dependent output, or an error: the CPU kernel gives eager's answer.
-    run_on_host(op, info, stack, first, index, "data-dependent shape");
-    return;
+    run_on_host(call, "data-dependent shape");
+    return nullptr;
   }
-  const std::vector<c10::IValue>& meta_stack = shapes->returns;
+}
 
-  // Outputs: arguments written in place take their new geometry; fresh
-  // outputs are allocated from the meta results.
-  auto make_outputs = [&] {
-    for (size_t i = 0; i < shapes->written.size(); ++i) {
-      if (shapes->written[i] && (*stack)[first + i].isTensor()) {
-        const at::Tensor& t = (*stack)[first + i].toTensor();
-        if (t.defined() && t.is_privateuseone()) adopt_geometry(t, *shapes->written[i]);
-      }
-    }
-    Outputs outs;
-    for (size_t j = 0; j < meta_stack.size(); ++j) {
-      int a = info.return_alias_arg[j];
-      if (a >= 0) outs.push_back((*stack)[first + a]);
-      else outs.push_back(map_tensors(meta_stack[j], [&](const at::Tensor& m) { return empty_like_meta(m, index); }));
-    }
-    return outs;
-  };
-
-  // The first call of each argument case checks the arguments as eager
-  // does, at the op (argument_check.h); later calls of the case can only
-  // fail on data. A traceable op's inputs may not be computed yet: its
-  // case is checked on zero-filled twins, without a sync.
-  const bool traceable = info.lowering != nullptr && trace::lazy_mode();
-  auto verdict = static_cast<OpInfo::Verdict>(shapes->verdict.load(std::memory_order_relaxed));
-  uint64_t signature = 0;
-  if (verdict == OpInfo::Verdict::Unknown) {
-    // Arguments the shape key cannot describe: a traced op is checked at
-    // every call, a library kernel once per dtypes and ranks.
-    const bool exact = shapes->argument_shapes != 0;
-    signature = argument_case(exact ? shapes->argument_shapes : argument_signature(*stack, first), *stack, first);
-    if (exact || !traceable) verdict = info.verdict(signature);
-    if (traceable && verdict == OpInfo::Verdict::Unknown) {
-      verdict = check_on_zeroed_twins(op, info, *stack, first, index, *shapes);
-      if (exact) info.set_verdict(signature, verdict);
-      if (verdict == OpInfo::Verdict::Disagrees) {
-        log("dispatch", info.name + ": meta kernel disagrees with the CPU kernel; runs on the host");
-      }
-    }
-    if (verdict != OpInfo::Verdict::Unknown) shapes->verdict.store(static_cast<int>(verdict));
-  }
-
-  // Lazy mode: a traceable op is recorded, not launched, if its meta kernel
-  // gives the CPU kernel's geometry.
-  Outputs outputs;
-  if (traceable && verdict == OpInfo::Verdict::Agrees) {
-    outputs = make_outputs();
-    c10::SmallVector<bool, 4> fresh;
-    for (size_t j = 0; j < outputs.size(); ++j) fresh.push_back(info.return_alias_arg[j] < 0);
-    if (try_record(info, *stack, first, index, outputs, fresh)) {
-      stack->resize(first);
-      for (auto& o : outputs) stack->push_back(std::move(o));
-      return;
+// The call's outputs: arguments written in place take their new geometry;
+// fresh outputs are allocated from the meta results.
+Outputs make_outputs(Call& call, const InferredShapes& shapes) {
+  for (size_t i = 0; i < shapes.written.size(); ++i) {
+    if (shapes.written[i] && call.stack[call.first + i].isTensor()) {
+      const at::Tensor& t = call.stack[call.first + i].toTensor();
+      if (t.defined() && t.is_privateuseone()) adopt_geometry(t, *shapes.written[i]);
     }
   }
-
-  switch (verdict) {
-    case OpInfo::Verdict::Disagrees:
-      run_on_host(op, info, stack, first, index, "meta kernel disagrees with CPU");
-      return;
-    case OpInfo::Verdict::Unknown: {
-      run_on_host(op, info, stack, first, index, kFirstCall);
-      bool agrees = stack->size() - first == meta_stack.size();
-      for (size_t j = 0; agrees && j < meta_stack.size(); ++j) {
-        agrees = same_geometry((*stack)[first + j], meta_stack[j]);
-      }
-      info.set_verdict(signature, agrees ? OpInfo::Verdict::Agrees : OpInfo::Verdict::Disagrees);
-      if (!agrees) log("dispatch", info.name + ": meta kernel disagrees with the CPU kernel; runs on the host");
-      return;
-    }
-    case OpInfo::Verdict::Agrees:
-      break;
+  Outputs outs;
+  for (size_t j = 0; j < shapes.returns.size(); ++j) {
+    int a = call.info.return_alias_arg[j];
+    if (a >= 0) outs.push_back(call.stack[call.first + a]);
+    else outs.push_back(map_tensors(shapes.returns[j], [&](const at::Tensor& m) { return empty_like_meta(m, call.index()); }));
   }
+  return outs;
+}
+
+// The CPU kernel launched on the device's queue over aliases of the device
+// memory, writing `outputs`.
+void launch_library_kernel(Call& call, Outputs&& outputs) {
+  const OpInfo& info = call.info;
   Metrics::global().add(Counter::LibraryKernels, info.name);
-  if (outputs.empty()) outputs = make_outputs();
-
-  // 3. The launch: the CPU kernel over aliases of the device memory.
   AliasSet aliases(c10::DispatchKey::CPU);
-  std::vector<c10::IValue> args = host_arguments(info, *stack, first, aliases, index, /*snapshot_cpu=*/true);
+  std::vector<c10::IValue> args = host_arguments(info, call.stack, call.first, aliases, call.index(), /*snapshot_cpu=*/true);
   std::vector<c10::IValue> fresh;  // aliases of fresh outputs, by return position (None if aliased)
   for (size_t j = 0; j < outputs.size(); ++j) {
     fresh.push_back(info.return_alias_arg[j] >= 0
                         ? c10::IValue()
                         : map_tensors(outputs[j], [&](const at::Tensor& t) { return aliases.alias(t); }));
   }
-  runtime::Device& dev = device(index);
   // The out= overload writes straight into the outputs; it cannot take an
   // undefined output (a gradient the caller did not ask for), and is only
   // trusted with dense inputs: the first call with these shapes checked the
@@ -362,13 +323,13 @@ void run_async(const c10::OperatorHandle& op, const OpInfo& info, torch::jit::St
   for (const auto& o : outputs) {
     if (o.isTensor() && !o.toTensor().defined()) out_variant_fits = false;
   }
-  for (size_t i = first; i < stack->size() && out_variant_fits; ++i) {
-    for_each_tensor((*stack)[i], [&](const at::Tensor& t) {
+  for (size_t i = call.first; i < call.stack.size() && out_variant_fits; ++i) {
+    for_each_tensor(call.stack[i], [&](const at::Tensor& t) {
       if (t.defined() && t.dim() > 0 && !t.is_non_overlapping_and_dense()) out_variant_fits = false;
     });
   }
   if (out_variant_fits) {
-    enqueue(dev, info.name, [&info, op, args = std::move(args), fresh = std::move(fresh)]() mutable {
+    enqueue(call.dev, info.name, [&info, op = call.op, args = std::move(args), fresh = std::move(fresh)]() mutable {
       std::vector<c10::IValue> out_args = args;  // the boxed call consumes its stack; args serve a retry
       for (auto& f : fresh) out_args.push_back(f);
       std::vector<Geometry> planned;
@@ -393,32 +354,108 @@ void run_async(const c10::OperatorHandle& op, const OpInfo& info, torch::jit::St
       for (size_t j = 0; j < fresh.size(); ++j) copy_result_into(fresh[j], args[j]);
     });
   } else {
-    enqueue(dev, info.name, [op, args = std::move(args), fresh = std::move(fresh)]() mutable {
+    enqueue(call.dev, info.name, [op = call.op, args = std::move(args), fresh = std::move(fresh)]() mutable {
       op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &args);
       for (size_t j = 0; j < fresh.size(); ++j) {
         copy_result_into(fresh[j], args[j]);
       }
     });
   }
-  stack->resize(first);
-  for (auto& o : outputs) stack->push_back(std::move(o));
+  call.set_results(std::move(outputs));
+}
+
+
+// An op with a lowering, in lazy mode. The first call of each argument case
+// checks the arguments as eager does, at the op (argument_check.h): its inputs
+// may not be computed yet, so on zero-filled twins, without a sync. Recorded
+// if the meta kernel gives the CPU kernel's geometry and the lowering takes
+// the call; launched otherwise.
+void run_traced(Call& call) {
+  std::shared_ptr<const InferredShapes> shapes = infer_or_run_on_host(call);
+  if (!shapes) return;
+  const OpInfo& info = call.info;
+  auto verdict = static_cast<OpInfo::Verdict>(shapes->verdict.load(std::memory_order_relaxed));
+  if (verdict == OpInfo::Verdict::Unknown) {
+    // Arguments the shape key cannot describe are checked at every call.
+    const bool exact = shapes->argument_shapes != 0;
+    const uint64_t signature =
+        argument_case(exact ? shapes->argument_shapes : argument_signature(call.stack, call.first), call.stack, call.first);
+    if (exact) verdict = info.verdict(signature);
+    if (verdict == OpInfo::Verdict::Unknown) {
+      verdict = check_on_zeroed_twins(call.op, info, call.stack, call.first, call.index(), *shapes);
+      if (exact) info.set_verdict(signature, verdict);
+      if (verdict == OpInfo::Verdict::Disagrees) {
+        log("dispatch", info.name + ": meta kernel disagrees with the CPU kernel; runs on the host");
+      }
+    }
+    shapes->verdict.store(static_cast<int>(verdict));
+  }
+  if (verdict == OpInfo::Verdict::Disagrees) {
+    run_on_host(call, "meta kernel disagrees with CPU");
+    return;
+  }
+  Outputs outputs = make_outputs(call, *shapes);
+  c10::SmallVector<bool, 4> fresh;
+  for (size_t j = 0; j < outputs.size(); ++j) fresh.push_back(info.return_alias_arg[j] < 0);
+  if (try_record(info, call.stack, call.first, call.index(), outputs, fresh)) {
+    call.set_results(std::move(outputs));
+    return;
+  }
+  launch_library_kernel(call, std::move(outputs));
+}
+
+// Every other op whose outputs the meta kernel can allocate. The first call
+// of each case (dtypes and ranks, or exact shapes) runs on the host, so
+// argument errors raise at the op; later calls launch.
+void run_async(Call& call) {
+  std::shared_ptr<const InferredShapes> shapes = infer_or_run_on_host(call);
+  if (!shapes) return;
+  const OpInfo& info = call.info;
+  auto verdict = static_cast<OpInfo::Verdict>(shapes->verdict.load(std::memory_order_relaxed));
+  uint64_t signature = 0;
+  if (verdict == OpInfo::Verdict::Unknown) {
+    const bool exact = shapes->argument_shapes != 0;
+    signature =
+        argument_case(exact ? shapes->argument_shapes : argument_signature(call.stack, call.first), call.stack, call.first);
+    verdict = info.verdict(signature);
+    if (verdict != OpInfo::Verdict::Unknown) shapes->verdict.store(static_cast<int>(verdict));
+  }
+  switch (verdict) {
+    case OpInfo::Verdict::Disagrees:
+      run_on_host(call, "meta kernel disagrees with CPU");
+      return;
+    case OpInfo::Verdict::Unknown: {
+      run_on_host(call, kFirstCall);
+      const std::vector<c10::IValue>& meta = shapes->returns;
+      bool agrees = call.stack.size() - call.first == meta.size();
+      for (size_t j = 0; agrees && j < meta.size(); ++j) agrees = same_geometry(call.stack[call.first + j], meta[j]);
+      info.set_verdict(signature, agrees ? OpInfo::Verdict::Agrees : OpInfo::Verdict::Disagrees);
+      if (!agrees) log("dispatch", info.name + ": meta kernel disagrees with the CPU kernel; runs on the host");
+      return;
+    }
+    case OpInfo::Verdict::Agrees:
+      launch_library_kernel(call, make_outputs(call, *shapes));
+      return;
+  }
 }
 
 void neuron_library_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
   const OpInfo& info = op_info_for(op);
   const size_t first = stack->size() - op.schema().arguments().size();
   with_torch_errors([&] {
-    c10::DeviceIndex index = resolve_device(info, *stack, first);
-    device(index);  // validates the index (and fork state)
+    runtime::Device& dev = device(resolve_device(info, *stack, first));  // validates the index (and fork state)
+    Call call{op, info, *stack, first, dev};
     switch (info.path) {
       case Path::View:
-        run_view(op, info, stack, first, index);
+        run_view(call);
         break;
       case Path::Async:
-        run_async(op, info, stack, first, index);
+        // The mode is read once per call: the whole call takes one path.
+        if (info.lowering != nullptr && trace::lazy_mode()) run_traced(call);
+        else run_async(call);
         break;
       case Path::Host:
-        run_on_host(op, info, stack, first, index, info.host_reason);
+        run_on_host(call, info.host_reason);
         break;
     }
   });
