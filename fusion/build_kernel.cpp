@@ -172,14 +172,15 @@ std::optional<PlannedKernel> RegionBuilder::build(const std::vector<bool>& keep)
     if (keep[i]) k.stores.push_back({store_view[i], remap[stores_[i].value]});
   }
 
-  // 6. Launch arguments.
-  for (const Dim& d : dims) out.ints.push_back(d.size);
-  for (size_t v = 0; v < views.size(); ++v) {
-    out.ints.push_back(views[v].offset);
-    for (const Dim& d : dims) out.ints.push_back(d.strides[v]);
+  // 6. Launch arguments, placed by the kernel's layout (ir::Kernel::ints_count).
+  out.ints.assign(k.ints_count(), 0);
+  for (int d = 0; d < k.rank; ++d) out.ints[k.size_index(d)] = dims[d].size;
+  for (int a = 0; a < static_cast<int>(views.size()); ++a) {
+    out.ints[k.offset_index(a)] = views[a].offset;
+    for (int d = 0; d < k.rank; ++d) out.ints[k.stride_index(a, d)] = dims[d].strides[a];
   }
   for (size_t s = 0; s < scalar_types_.size(); ++s) {
-    if (scalar_slot[s] >= 0) out.ints.push_back(scalar_i_[s]);
+    if (scalar_slot[s] >= 0) out.ints[k.int_scalar_index(scalar_slot[s])] = scalar_i_[s];
   }
   out.work = 1;  // elements of a pointwise kernel (no reduced dims), rows of a row kernel
   for (const Dim& d : dims) {

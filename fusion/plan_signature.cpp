@@ -105,12 +105,10 @@ std::string plan_signature(const trace::Trace& trace, const Options& options) {
 
 void bind_scalars(const PlannedKernel& kernel, const trace::Trace& trace, std::vector<int64_t>& ints,
                   std::vector<double>& scalars) {
-  const size_t slots = kernel.scalar_refs.size();
-  const size_t int_base = ints.size() - slots;  // int scalars close the launch ints, in slot order
-  for (size_t s = 0; s < slots; ++s) {
+  for (size_t s = 0; s < kernel.scalar_refs.size(); ++s) {
     const trace::TraceOp& op = trace.ops.at(kernel.scalar_refs[s].op);
     scalars[s] = op.scalar_f.at(kernel.scalar_refs[s].index);
-    ints[int_base + s] = op.scalar_i.at(kernel.scalar_refs[s].index);
+    ints[kernel.kernel.int_scalar_index(static_cast<int>(s))] = op.scalar_i.at(kernel.scalar_refs[s].index);
   }
 }
 

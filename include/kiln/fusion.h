@@ -33,7 +33,7 @@ struct Region {
 struct PlannedKernel {
   ir::Kernel kernel;
   std::vector<int32_t> buffer_ids;  // trace buffer of each pointer slot
-  std::vector<int64_t> ints;        // LaunchArgs::ints
+  std::vector<int64_t> ints;        // LaunchArgs::ints, in the kernel's layout
   std::vector<double> scalars;      // LaunchArgs::scalars
   int64_t work = 0;                 // elements (pointwise) or rows (row kernel)
   int32_t region = 0;
