@@ -182,10 +182,8 @@ std::optional<PlannedKernel> RegionBuilder::build(const std::vector<bool>& keep)
   for (size_t s = 0; s < scalar_types_.size(); ++s) {
     if (scalar_slot[s] >= 0) out.ints[k.int_scalar_index(scalar_slot[s])] = scalar_i_[s];
   }
-  out.work = 1;  // elements of a pointwise kernel (no reduced dims), rows of a row kernel
-  for (const Dim& d : dims) {
-    if (!d.reduced) out.work *= d.size;
-  }
+  out.work = out.unit_elements = 1;
+  for (const Dim& d : dims) (d.reduced ? out.unit_elements : out.work) *= d.size;
   ir::validate(k);
   return out;
 }
