@@ -41,9 +41,9 @@ struct PlannedKernel {
   int64_t work = 0;
   int64_t unit_elements = 1;
   int32_t region = 0;
-  // Where each kernel scalar slot's value comes from (trace.ops[op].scalar_f /
-  // scalar_i [index]): a plan reused for a trace of the same structure takes
-  // the new trace's values (bind_scalars).
+  // Where each kernel scalar slot's value comes from (trace.ops[op].scalars
+  // [index]): a plan reused for a trace of the same structure takes the new
+  // trace's values (bind_scalars).
   struct ScalarRef {
     int32_t op = 0, index = 0;
   };
