@@ -141,7 +141,7 @@ std::optional<PlannedKernel> RegionBuilder::build(const std::vector<bool>& keep)
   k.num_buffers = static_cast<int>(out.buffer_ids.size());
 
   // 5. Nodes, renumbered; scalars and reductions that are used.
-  std::vector<int32_t> remap(nodes_.size(), -1), scalar_slot(scalar_types_.size(), -1);
+  std::vector<int32_t> remap(nodes_.size(), -1), scalar_slot(scalars_.size(), -1);
   std::vector<int32_t> reduction_slot(reductions_.size(), -1);
   for (size_t r = 0; r < reductions_.size(); ++r) {
     if (reduction_needed[r]) reduction_slot[r] = static_cast<int32_t>(std::count(reduction_needed.begin(), reduction_needed.begin() + r, true));
@@ -153,8 +153,8 @@ std::optional<PlannedKernel> RegionBuilder::build(const std::vector<bool>& keep)
     if (n.op == ir::Op::Load) n.arg = load_view[n.arg];
     if (n.op == ir::Op::ReduceValue) n.arg = reduction_slot[n.arg];
     if (n.op == ir::Op::Scalar) {
-      k.scalars.push_back(scalar_types_[n.arg]);
-      out.scalars.push_back(scalar_f_[n.arg]);
+      k.scalars.push_back(scalars_[n.arg].type);
+      out.scalars.push_back(scalars_[n.arg].f);
       out.scalar_refs.push_back(scalar_refs_[n.arg]);
       scalar_slot[n.arg] = static_cast<int32_t>(k.scalars.size()) - 1;
       n.arg = scalar_slot[n.arg];
@@ -172,19 +172,18 @@ std::optional<PlannedKernel> RegionBuilder::build(const std::vector<bool>& keep)
     if (keep[i]) k.stores.push_back({store_view[i], remap[stores_[i].value]});
   }
 
-  // 6. Launch arguments.
-  for (const Dim& d : dims) out.ints.push_back(d.size);
-  for (size_t v = 0; v < views.size(); ++v) {
-    out.ints.push_back(views[v].offset);
-    for (const Dim& d : dims) out.ints.push_back(d.strides[v]);
+  // 6. Launch arguments, placed by the kernel's layout (ir::Kernel::ints_count).
+  out.ints.assign(k.ints_count(), 0);
+  for (int d = 0; d < k.rank; ++d) out.ints[k.size_index(d)] = dims[d].size;
+  for (int a = 0; a < static_cast<int>(views.size()); ++a) {
+    out.ints[k.offset_index(a)] = views[a].offset;
+    for (int d = 0; d < k.rank; ++d) out.ints[k.stride_index(a, d)] = dims[d].strides[a];
   }
-  for (size_t s = 0; s < scalar_types_.size(); ++s) {
-    if (scalar_slot[s] >= 0) out.ints.push_back(scalar_i_[s]);
+  for (size_t s = 0; s < scalars_.size(); ++s) {
+    if (scalar_slot[s] >= 0) out.ints[k.int_scalar_index(scalar_slot[s])] = scalars_[s].i;
   }
-  out.work = 1;  // elements of a pointwise kernel (no reduced dims), rows of a row kernel
-  for (const Dim& d : dims) {
-    if (!d.reduced) out.work *= d.size;
-  }
+  out.work = out.unit_elements = 1;
+  for (const Dim& d : dims) (d.reduced ? out.unit_elements : out.work) *= d.size;
   ir::validate(k);
   return out;
 }

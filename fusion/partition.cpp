@@ -199,11 +199,9 @@ std::string RegionBuilder::try_add(const trace::TraceOp& op, int32_t index, int3
         n.arg = memory_load(loads[n.arg]);
         break;
       case ir::Op::Scalar:
-        scalar_types_.push_back(op.scalar_types[n.arg]);
-        scalar_f_.push_back(op.scalar_f[n.arg]);
-        scalar_i_.push_back(op.scalar_i[n.arg]);
+        scalars_.push_back(op.scalars[n.arg]);
         scalar_refs_.push_back({index, n.arg});
-        n.arg = static_cast<int32_t>(scalar_types_.size()) - 1;
+        n.arg = static_cast<int32_t>(scalars_.size()) - 1;
         break;
       case ir::Op::ReduceValue:
         n.arg += reduction_base;

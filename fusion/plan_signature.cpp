@@ -53,7 +53,7 @@ class Writer {
 };
 
 void write_op(Writer& w, const trace::TraceOp& op) {
-  size_t bytes = 64 + 8 * op.sizes.size() + sizeof(ir::DType) * op.scalar_types.size() + 32 * op.nodes.size() +
+  size_t bytes = 64 + 8 * op.sizes.size() + sizeof(ir::DType) * op.scalars.size() + 32 * op.nodes.size() +
                  16 * op.reductions.size();
   for (const auto& v : op.loads) bytes += Writer::view_bytes(v);
   for (const auto& s : op.stores) bytes += Writer::view_bytes(s.view) + 8;
@@ -62,7 +62,8 @@ void write_op(Writer& w, const trace::TraceOp& op) {
   w.pod(op.reduced);
   w.pod(op.loads.size());
   for (const auto& v : op.loads) w.view(v);
-  w.pods(op.scalar_types);  // the types, not the values
+  w.pod(op.scalars.size());  // the types, not the values
+  for (const auto& s : op.scalars) w.pod(s.type);
   w.pod(op.nodes.size());
   for (const auto& n : op.nodes) {
     w.pod(n.op);
@@ -105,12 +106,11 @@ std::string plan_signature(const trace::Trace& trace, const Options& options) {
 
 void bind_scalars(const PlannedKernel& kernel, const trace::Trace& trace, std::vector<int64_t>& ints,
                   std::vector<double>& scalars) {
-  const size_t slots = kernel.scalar_refs.size();
-  const size_t int_base = ints.size() - slots;  // int scalars close the launch ints, in slot order
-  for (size_t s = 0; s < slots; ++s) {
-    const trace::TraceOp& op = trace.ops.at(kernel.scalar_refs[s].op);
-    scalars[s] = op.scalar_f.at(kernel.scalar_refs[s].index);
-    ints[int_base + s] = op.scalar_i.at(kernel.scalar_refs[s].index);
+  for (size_t s = 0; s < kernel.scalar_refs.size(); ++s) {
+    const PlannedKernel::ScalarRef& ref = kernel.scalar_refs[s];
+    const trace::Scalar& value = trace.ops.at(ref.op).scalars.at(ref.index);
+    scalars[s] = value.f;
+    ints[kernel.kernel.int_scalar_index(static_cast<int>(s))] = value.i;
   }
 }
 

@@ -45,10 +45,8 @@ class RegionBuilder {
   bool has_sincos_ = false;  // a float sin or cos joined (rule 10)
   std::vector<ir::Node> nodes_;  // Load args index memory_loads_
   std::vector<trace::View> memory_loads_;
-  std::vector<ir::DType> scalar_types_;
-  std::vector<double> scalar_f_;
-  std::vector<int64_t> scalar_i_;
-  std::vector<PlannedKernel::ScalarRef> scalar_refs_;
+  std::vector<trace::Scalar> scalars_;
+  std::vector<PlannedKernel::ScalarRef> scalar_refs_;  // where each of scalars_ came from
   std::vector<ir::Reduction> reductions_;
   std::vector<StoreRef> stores_;
 };

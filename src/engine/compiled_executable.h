@@ -1,4 +1,4 @@
-// A loaded kernel as a runtime::Executable: splits its work over the pool.
+// A loaded kernel as a runtime::Executable: splits LaunchArgs::work over the pool.
 #pragma once
 
 #include <memory>
@@ -12,9 +12,8 @@ namespace kiln::engine {
 
 class CompiledExecutable final : public runtime::Executable {
  public:
-  CompiledExecutable(std::string name, std::unique_ptr<codegen::LoadedKernel> code, int rank, int reduce_rank,
-                     runtime::ThreadPool& pool)
-      : name_(std::move(name)), code_(std::move(code)), rank_(rank), reduce_rank_(reduce_rank), pool_(pool) {}
+  CompiledExecutable(std::string name, std::unique_ptr<codegen::LoadedKernel> code, runtime::ThreadPool& pool)
+      : name_(std::move(name)), code_(std::move(code)), pool_(pool) {}
 
   const std::string& name() const override { return name_; }
   const char* kind() const override { return "fused kernel"; }
@@ -23,7 +22,6 @@ class CompiledExecutable final : public runtime::Executable {
  private:
   std::string name_;
   std::unique_ptr<codegen::LoadedKernel> code_;
-  int rank_, reduce_rank_;
   runtime::ThreadPool& pool_;
 };
 

@@ -82,8 +82,7 @@ cache::Entry build(const fusion::PlannedKernel& pk, const std::string& name) {
   }
   cache::Entry e;
   e.compile_ms = obj.compile_ms;
-  e.executable = std::make_shared<CompiledExecutable>(name, codegen::load(obj.object, name), pk.kernel.rank,
-                                                      pk.kernel.reduce_rank, pool());
+  e.executable = std::make_shared<CompiledExecutable>(name, codegen::load(obj.object, name), pool());
   e.object = std::move(obj.object);
   return e;
 }
@@ -176,6 +175,8 @@ void flush(runtime::Device& dev, const trace::Trace& trace, std::string_view rea
     for (int32_t id : pk.buffer_ids) args.buffers.push_back(base[id]);
     args.ints = pk.ints;
     args.scalars = pk.scalars;
+    args.work = pk.work;
+    args.unit_elements = pk.unit_elements;
     if (reused) {
       fusion::bind_scalars(pk, trace, args.ints, args.scalars);  // this trace's learning rate, step, ...
       metrics.add(Counter::ExecutableCache, "hit");

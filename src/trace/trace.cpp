@@ -34,17 +34,13 @@ int32_t TraceOp::load(View v) {
 }
 
 int32_t TraceOp::scalar_float(double v) {
-  scalar_types.push_back(ir::DType::Float64);
-  scalar_f.push_back(v);
-  scalar_i.push_back(0);
-  return add_node(ir::Op::Scalar, ir::DType::Float64, -1, -1, -1, static_cast<int32_t>(scalar_types.size()) - 1);
+  scalars.push_back({ir::DType::Float64, v, 0});
+  return add_node(ir::Op::Scalar, ir::DType::Float64, -1, -1, -1, static_cast<int32_t>(scalars.size()) - 1);
 }
 
 int32_t TraceOp::scalar_int(int64_t v, ir::DType t) {
-  scalar_types.push_back(t);
-  scalar_f.push_back(static_cast<double>(v));
-  scalar_i.push_back(v);
-  return add_node(ir::Op::Scalar, t, -1, -1, -1, static_cast<int32_t>(scalar_types.size()) - 1);
+  scalars.push_back({t, static_cast<double>(v), v});
+  return add_node(ir::Op::Scalar, t, -1, -1, -1, static_cast<int32_t>(scalars.size()) - 1);
 }
 
 int32_t TraceOp::cast(int32_t node, ir::DType t) {

@@ -53,8 +53,7 @@ TEST(Codegen, BroadcastMulAddWithRuntimeScalar) {
   std::vector<float> xs(15), ys(5), outs(15, 0);
   for (int i = 0; i < 15; ++i) xs[i] = 0.1f * i - 0.7f;
   for (int j = 0; j < 5; ++j) ys[j] = 1.5f + j;
-  // sizes, then per access offset + strides
-  std::vector<int64_t> ints = {3, 5, /*x*/ 0, 5, 1, /*y*/ 0, 0, 1, /*out*/ 0, 5, 1, /*scalar slot*/ 0};
+  const std::vector<int64_t> ints = test::launch_ints(b.k, {3, 5}, {{0, {5, 1}}, /*y*/ {0, {0, 1}}, {0, {5, 1}}});
   for (double scalar : {0.25, -3.0}) {  // a new scalar value runs the same code
     run({xs.data(), ys.data(), outs.data()}, ints, {scalar}, 0, 15);
     for (int i = 0; i < 3; ++i) {
@@ -75,7 +74,7 @@ TEST(Codegen, StridedReadAndSplitRangesMatchOneRange) {
   Compiled run(b.k);
   std::vector<double> xs(24), whole(24), split(24);
   for (int i = 0; i < 24; ++i) xs[i] = i * 0.5;
-  std::vector<int64_t> ints = {4, 6, 0, 1, 4, 0, 6, 1};
+  const std::vector<int64_t> ints = test::launch_ints(b.k, {4, 6}, {{0, {1, 4}}, {0, {6, 1}}});
   run({xs.data(), whole.data()}, ints, {}, 0, 24);
   for (int i = 0; i < 4; ++i) {
     for (int j = 0; j < 6; ++j) EXPECT_EQ(whole[i * 6 + j], xs[j * 4 + i] + 1);
@@ -102,7 +101,7 @@ TEST(Codegen, SoftmaxIsOneRowKernel) {
   const int rows = 5, n = 7;
   std::vector<float> xs(rows * n), outs(rows * n);
   for (int i = 0; i < rows * n; ++i) xs[i] = std::sin(i * 1.3f) * 4;
-  run({xs.data(), outs.data()}, {rows, n, 0, n, 1, 0, n, 1}, {}, 0, rows);
+  run({xs.data(), outs.data()}, test::dense_ints(b.k, {rows, n}), {}, 0, rows);
   for (int r = 0; r < rows; ++r) {
     double mx = -INFINITY, sum = 0;
     for (int j = 0; j < n; ++j) mx = std::max(mx, double(xs[r * n + j]));
@@ -121,7 +120,7 @@ TEST(Codegen, RowLevelStoreOfAMean) {
   b.store(out, b.node(Op::Cast, DType::Float32, b.node(Op::Div, DType::Float64, sum, n)));
   Compiled run(b.k);
   std::vector<float> xs = {1, 2, 3, 4, 10, 20, 30, 40, -1, -1, -1, -5}, outs(3);
-  run({xs.data(), outs.data()}, {3, 4, 0, 4, 1, 0, 1, 0, 4}, {}, 0, 3);
+  run({xs.data(), outs.data()}, test::launch_ints(b.k, {3, 4}, {{0, {4, 1}}, {0, {1, 0}}}, {4}), {}, 0, 3);
   EXPECT_EQ(outs, (std::vector<float>{2.5f, 25.f, -2.f}));
 }
 
@@ -134,7 +133,7 @@ TEST(Codegen, ArgMaxTakesTheFirstMaximumAndTheFirstNaN) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   std::vector<float> xs = {1, 5, 5, 2, /**/ 1, nan, 9, nan, /**/ -INFINITY, -INFINITY, -INFINITY, -INFINITY};
   std::vector<int64_t> outs(3, -1);
-  run({xs.data(), outs.data()}, {3, 4, 0, 4, 1, 0, 1, 0}, {}, 0, 3);
+  run({xs.data(), outs.data()}, test::launch_ints(b.k, {3, 4}, {{0, {4, 1}}, {0, {1, 0}}}), {}, 0, 3);
   EXPECT_EQ(outs, (std::vector<int64_t>{1, 1, 0}));
 }
 
@@ -148,7 +147,7 @@ TEST(Codegen, BFloat16RoundsEveryResultToNearestEven) {
   Compiled run(b.k);
   std::vector<float> ys = {1.0f / 256, 3.0f / 256, 1e-3f, std::numeric_limits<float>::quiet_NaN(), 1e38f * 4};
   std::vector<uint16_t> xs(ys.size(), bf16_bits(1.0f)), outs(ys.size());
-  run({xs.data(), ys.data(), outs.data()}, {5, 0, 1, 0, 1, 0, 1}, {}, 0, 5);
+  run({xs.data(), ys.data(), outs.data()}, test::dense_ints(b.k, {5}), {}, 0, 5);
   for (size_t i = 0; i < ys.size(); ++i) EXPECT_EQ(outs[i], bf16_bits(1.0f + ys[i])) << i;
 }
 
@@ -165,7 +164,7 @@ TEST(Codegen, IntegerAndBoolSemantics) {
   Compiled run(b.k);
   std::vector<int8_t> xs = {-128, -5, 0, 3, 4, 127}, outs(6);
   std::vector<uint8_t> flags(6, 7);
-  run({xs.data(), outs.data(), flags.data()}, {6, 0, 1, 0, 1, 0, 1}, {}, 0, 6);
+  run({xs.data(), outs.data(), flags.data()}, test::dense_ints(b.k, {6}), {}, 0, 6);
   EXPECT_EQ(outs, (std::vector<int8_t>{-128, 5, 0, 3, -4, -127}));
   EXPECT_EQ(flags, (std::vector<uint8_t>{0, 0, 0, 0, 1, 1}));
 }
@@ -182,7 +181,7 @@ TEST(Codegen, FloatToIntCastsFollowStaticCast) {
   std::vector<float> xs = {-1.5f, 2.7f, 255.9f, -300.2f};
   std::vector<uint8_t> us(4);
   std::vector<int32_t> is(4);
-  run({xs.data(), us.data(), is.data()}, {4, 0, 1, 0, 1, 0, 1}, {}, 0, 4);
+  run({xs.data(), us.data(), is.data()}, test::dense_ints(b.k, {4}), {}, 0, 4);
   for (int i = 0; i < 4; ++i) {
     EXPECT_EQ(us[i], static_cast<uint8_t>(static_cast<int64_t>(xs[i])));
     EXPECT_EQ(is[i], static_cast<int32_t>(xs[i]));
@@ -201,7 +200,7 @@ TEST(Codegen, MathFunctionsMatchLibm) {
     const int n = 1000;
     std::vector<float> xs(n), outs(n);
     for (int i = 0; i < n; ++i) xs[i] = (i % 2 ? -1.f : 1.f) * (i < 100 ? 1e-4f * i + 1e-6f : 0.0197f * i);
-    run({xs.data(), outs.data()}, {n, 0, 1, 0, 1}, {}, 0, n);
+    run({xs.data(), outs.data()}, test::dense_ints(b.k, {n}), {}, 0, n);
     for (int i = 0; i < n; ++i) {
       double v = xs[i], want = 0;
       switch (op) {
@@ -229,7 +228,7 @@ TEST(Codegen, AnObjectLoadsAgainWithoutCompiling) {
   auto first = codegen::load(obj.object, "kiln_square");
   auto second = codegen::load(obj.object, "kiln_square");  // same symbol, another dylib
   std::vector<int32_t> xs = {1, -2, 3}, a(3), c(3);
-  std::vector<int64_t> ints = {3, 0, 1, 0, 1};
+  const std::vector<int64_t> ints = test::dense_ints(b.k, {3});
   void* bufs1[] = {xs.data(), a.data()};
   void* bufs2[] = {xs.data(), c.data()};
   first->fn(bufs1, ints.data(), nullptr, 0, 3);
@@ -269,7 +268,7 @@ TEST(Codegen, OwnMathFunctionsHandleTheEdges) {
     b.store(out, b.node(op, DType::Float32, b.load(x)));
     Compiled run(b.k);
     std::vector<float> outs(xs.size());
-    run({xs.data(), outs.data()}, {int64_t(xs.size()), 0, 1, 0, 1}, {}, 0, int64_t(xs.size()));
+    run({xs.data(), outs.data()}, test::dense_ints(b.k, {int64_t(xs.size())}), {}, 0, int64_t(xs.size()));
     for (size_t i = 0; i < xs.size(); ++i) {
       float want = op == Op::Exp ? std::exp(xs[i]) : op == Op::Sin ? std::sin(xs[i]) : op == Op::Cos ? std::cos(xs[i]) : std::tanh(xs[i]);
       if (std::isnan(want)) {
@@ -294,8 +293,8 @@ std::vector<float> run_unary(Op op, std::vector<float> xs, bool in_place = false
   Compiled run(b.k, options);
   std::vector<float> outs(xs.size());
   const int64_t n = static_cast<int64_t>(xs.size());
-  std::vector<int64_t> ints = in_place ? std::vector<int64_t>{n, 0, 1} : std::vector<int64_t>{n, 0, 1, 0, 1};
-  run(in_place ? std::vector<void*>{xs.data()} : std::vector<void*>{xs.data(), outs.data()}, ints, {}, 0, n);
+  run(in_place ? std::vector<void*>{xs.data()} : std::vector<void*>{xs.data(), outs.data()}, test::dense_ints(b.k, {n}), {},
+      0, n);
   return in_place ? xs : outs;
 }
 
@@ -364,7 +363,7 @@ TEST(Codegen, CompilingPrintsNothing) {
   Compiled run(b.k);
   EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
   std::vector<float> xs = {-1.f, 0.f, 0.5f, 3.f}, outs(4);
-  run({xs.data(), outs.data()}, {4, 0, 1, 0, 1}, {}, 0, 4);
+  run({xs.data(), outs.data()}, test::dense_ints(b.k, {4}), {}, 0, 4);
   for (int i = 0; i < 4; ++i) EXPECT_NEAR(outs[i], std::erfc(xs[i]), 1e-6) << xs[i];
 }
 
@@ -379,7 +378,7 @@ TEST(Codegen, RowSumsAccumulateInVectorLanes) {
   b.store(out, b.reduce(ir::ReduceKind::Sum, DType::Float32, b.load(x)));
   Compiled run(b.k);
   std::vector<float> xs(n, 0.1f), outs(1);
-  run({xs.data(), outs.data()}, {1, n, 0, n, 1, 0, 1, 0}, {}, 0, 1);
+  run({xs.data(), outs.data()}, test::launch_ints(b.k, {1, n}, {{0, {n, 1}}, {0, {1, 0}}}), {}, 0, 1);
   float sequential = 0;
   for (float v : xs) sequential += v;
   const double exact = double(0.1f) * n;
@@ -441,7 +440,7 @@ TEST(Codegen, TanhIsExactlyOneWhereItSaturates) {
     b.store(out, b.node(Op::Tanh, DType::Float32, b.load(x)));
     Compiled run(b.k);
     const int64_t n = static_cast<int64_t>(xs.size());
-    for (int64_t at = 0; at < n; at += 5) run({xs.data(), scalar.data()}, {n, 0, 1, 0, 1}, {}, at, std::min(n, at + 5));
+    for (int64_t at = 0; at < n; at += 5) run({xs.data(), scalar.data()}, test::dense_ints(b.k, {n}), {}, at, std::min(n, at + 5));
   }
   const std::vector<float> vector = run_unary(Op::Tanh, xs);
   bool saturated = false;
@@ -573,10 +572,10 @@ TEST(Codegen, LibmCallsUseTheAvx512VectorVariants) {
     std::vector<float> xf(n), of(n);
     for (int i = 0; i < n; ++i) xs[i] = xf[i] = 0.37f * (i + 1);
     if (dtype == DType::Float32) {
-      run({xf.data(), of.data()}, {n, 0, 1, 0, 1}, {}, 0, n);
+      run({xf.data(), of.data()}, test::dense_ints(b.k, {n}), {}, 0, n);
       for (int i = 0; i < n; ++i) EXPECT_NEAR(of[i], std::log(double(xf[i])), 4e-7 * std::fabs(std::log(double(xf[i]))) + 1e-7);
     } else {
-      run({xs.data(), outs.data()}, {n, 0, 1, 0, 1}, {}, 0, n);
+      run({xs.data(), outs.data()}, test::dense_ints(b.k, {n}), {}, 0, n);
       for (int i = 0; i < n; ++i) EXPECT_NEAR(outs[i], std::log(xs[i]), 1e-15 * std::fabs(std::log(xs[i])) + 1e-16);
     }
   }
@@ -626,7 +625,8 @@ TEST(Codegen, StreamingStoresAreNonTemporal) {
 // tiles), the length or the split into pieces, a streaming kernel writes
 // exactly what the cached one does, and nothing else.
 TEST(Codegen, StreamingStoresMatchCachedStoresAtAnyAlignment) {
-  Compiled streamed(affine_and_sign(1, true)), cached(affine_and_sign(1, false));
+  const ir::Kernel streaming = affine_and_sign(1, true), caching = affine_and_sign(1, false);
+  Compiled streamed(streaming), cached(caching);
   const int64_t most = 5000, slack = 80;  // more than a 4 KiB tile of floats
   Aligned<float> x(most, 0.f);
   for (int64_t i = 0; i < most; ++i) x.data[i] = static_cast<float>((i * 37) % 101 - 50) * 0.25f;
@@ -636,7 +636,7 @@ TEST(Codegen, StreamingStoresMatchCachedStoresAtAnyAlignment) {
         for (int64_t cut : {int64_t{0}, n / 3}) {
           Aligned<float> y_s(most + slack, -7.f), y_c(most + slack, -7.f);
           Aligned<uint8_t> m_s(most + slack, 9), m_c(most + slack, 9);
-          const std::vector<int64_t> ints = {n, 0, 1, y_off, 1, m_off, 1};
+          const std::vector<int64_t> ints = test::launch_ints(caching, {n}, {{0, {1}}, {y_off, {1}}, {m_off, {1}}});
           for (auto [from, to] : {std::pair{int64_t{0}, cut}, std::pair{cut, n}}) {
             streamed({x.data, y_s.data, m_s.data}, ints, {}, from, to);
             cached({x.data, y_c.data, m_c.data}, ints, {}, from, to);
@@ -649,12 +649,13 @@ TEST(Codegen, StreamingStoresMatchCachedStoresAtAnyAlignment) {
     }
   }
   // Rows of 1001: every row starts on a different part of a line.
-  Compiled streamed2(affine_and_sign(2, true)), cached2(affine_and_sign(2, false));
+  const ir::Kernel streaming2 = affine_and_sign(2, true), caching2 = affine_and_sign(2, false);
+  Compiled streamed2(streaming2), cached2(caching2);
   const int64_t rows = 5, cols = 1001;
   Aligned<float> x2(rows * cols, 0.f), y_s(rows * cols + slack, 0.f), y_c(rows * cols + slack, 0.f);
   Aligned<uint8_t> m_s(rows * cols + slack, 0), m_c(rows * cols + slack, 0);
   for (int64_t i = 0; i < rows * cols; ++i) x2.data[i] = static_cast<float>(i % 13) - 6.f;
-  const std::vector<int64_t> ints = {rows, cols, 0, cols, 1, 5, cols, 1, 2, cols, 1};
+  const std::vector<int64_t> ints = test::launch_ints(caching2, {rows, cols}, {{0, {cols, 1}}, {5, {cols, 1}}, {2, {cols, 1}}});
   streamed2({x2.data, y_s.data, m_s.data}, ints, {}, 0, rows * cols);
   cached2({x2.data, y_c.data, m_c.data}, ints, {}, 0, rows * cols);
   EXPECT_TRUE(y_s == y_c);
@@ -672,12 +673,14 @@ TEST(Codegen, StreamingStoresAndTheExactSinCosRerunAgree) {
     b.k.streaming_stores = streaming;
     return b.k;
   };
-  Compiled streamed(sin_kernel(true)), cached(sin_kernel(false));
+  const ir::Kernel caching = sin_kernel(false);
+  Compiled streamed(sin_kernel(true)), cached(caching);
   const int64_t n = 3000;
   Aligned<float> x(n, 0.f), s(n, 0.f), c(n, 0.f);
   for (int64_t i = 0; i < n; ++i) x.data[i] = i == 2500 ? 1.25e8f : 0.01f * static_cast<float>(i);
-  streamed({x.data, s.data}, {n, 0, 1, 0, 1}, {}, 0, n);
-  cached({x.data, c.data}, {n, 0, 1, 0, 1}, {}, 0, n);
+  const std::vector<int64_t> ints = test::dense_ints(caching, {n});
+  streamed({x.data, s.data}, ints, {}, 0, n);
+  cached({x.data, c.data}, ints, {}, 0, n);
   EXPECT_TRUE(s == c);
   EXPECT_NEAR(s.data[2500], std::sin(1.25e8), 2e-7);
 }

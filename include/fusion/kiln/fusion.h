@@ -35,13 +35,17 @@ struct Region {
 struct PlannedKernel {
   ir::Kernel kernel;
   std::vector<int32_t> buffer_ids;  // trace buffer of each pointer slot
-  std::vector<int64_t> ints;        // LaunchArgs::ints
+  std::vector<int64_t> ints;        // LaunchArgs::ints, in the kernel's layout
   std::vector<double> scalars;      // LaunchArgs::scalars
-  int64_t work = 0;                 // elements (pointwise) or rows (row kernel)
+  // LaunchArgs::work and unit_elements: the product of the kept sizes
+  // (elements of a pointwise kernel, rows of a row kernel) and of the
+  // reduced ones (a row's length; 1 for a pointwise kernel).
+  int64_t work = 0;
+  int64_t unit_elements = 1;
   int32_t region = 0;
-  // Where each kernel scalar slot's value comes from (trace.ops[op].scalar_f /
-  // scalar_i [index]): a plan reused for a trace of the same structure takes
-  // the new trace's values (bind_scalars).
+  // Where each kernel scalar slot's value comes from (trace.ops[op].scalars
+  // [index]): a plan reused for a trace of the same structure takes the new
+  // trace's values (bind_scalars).
   struct ScalarRef {
     int32_t op = 0, index = 0;
   };

@@ -115,12 +115,15 @@ struct Kernel {
   bool operator==(const Kernel&) const = default;
 
   // Runtime integer arguments (LaunchArgs::ints), in this order:
-  //   sizes[rank], then per access: offset, strides[rank], then one slot per scalar.
-  int ints_count() const { return rank + static_cast<int>(accesses.size()) * (rank + 1) + static_cast<int>(scalars.size()); }
+  //   sizes[rank], then per access: offset, strides[rank], then one slot per
+  //   scalar (an integer scalar's value; a floating one's is unused).
+  // The layout is written only here: whatever fills the ints (fusion,
+  // bind_scalars, tests) or reads them (codegen) places them through these.
   int size_index(int d) const { return d; }
   int offset_index(int access) const { return rank + access * (rank + 1); }
   int stride_index(int access, int d) const { return offset_index(access) + 1 + d; }
-  int int_scalar_index(int slot) const { return rank + static_cast<int>(accesses.size()) * (rank + 1) + slot; }
+  int int_scalar_index(int slot) const { return offset_index(static_cast<int>(accesses.size())) + slot; }
+  int ints_count() const { return int_scalar_index(static_cast<int>(scalars.size())); }
 };
 
 // Whether a node's value is the same at every point of the reduced dims.

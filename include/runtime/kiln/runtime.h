@@ -134,6 +134,13 @@ struct LaunchArgs {
   std::vector<void*> buffers;
   std::vector<int64_t> ints;
   std::vector<double> scalars;
+  // The iteration space as the executable may split it over threads:
+  // `work` independent units of `unit_elements` elements each (for a fused
+  // kernel, the elements of a pointwise one, or the rows of a row kernel and
+  // their length). Whoever planned the launch knows them; the executable
+  // need not take the ints apart to find them.
+  int64_t work = 0;
+  int64_t unit_elements = 1;
 };
 
 // Loaded once, launched many times. The emulated device runs native host code.

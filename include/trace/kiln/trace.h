@@ -45,6 +45,16 @@ struct View {
   bool operator==(const View&) const = default;
 };
 
+// A runtime scalar of an op (a Python number: alpha, a learning rate). A
+// kernel reads a floating one from LaunchArgs::scalars and an integer one
+// from LaunchArgs::ints, so both forms travel (a float's `i` is 0); only
+// `type` shapes the code.
+struct Scalar {
+  ir::DType type = ir::DType::Float64;
+  double f = 0;
+  int64_t i = 0;
+};
+
 // One recorded op.
 struct TraceOp {
   // "aten::add.Tensor", for logs, errors and metrics: a string literal or an
@@ -53,9 +63,7 @@ struct TraceOp {
   InlineVector<int64_t, kInlineRank> sizes;  // iteration space (rank >= 1)
   uint64_t reduced = 0;                      // bit d: dim d is reduced
   InlineVector<View, 3> loads;               // Load nodes index these
-  InlineVector<ir::DType, 2> scalar_types;   // Scalar nodes index these
-  InlineVector<double, 2> scalar_f;
-  InlineVector<int64_t, 2> scalar_i;
+  InlineVector<Scalar, 2> scalars;           // Scalar nodes index these
   InlineVector<ir::Node, 8> nodes;           // fragment; ReduceValue indexes `reductions`
   InlineVector<ir::Reduction, 1> reductions;
   struct Output {
