@@ -22,7 +22,7 @@ CHUNK = 250
 
 def compare(program, name, got, want):
     """Integers and bool exactly. Floats: an ordinary element within the
-    program's tolerance for the value (see lazy_programs.TOLERANCE), relative
+    program's tolerance for the value (see lazy_tables.TOLERANCE), relative
     to the largest finite magnitude of the ordinary elements, or within the
     last-bit differences the ops before it can amplify to (the ulp bound:
     log1p(tanh(x)) near x = -6 turns one float32 ulp of tanh into 4e-4);
