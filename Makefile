@@ -39,9 +39,13 @@ test: test-cpp test-python
 
 # Python lint and formatting (ruff.toml; ruff pinned in tools/setup.sh). To fix:
 # `python3 -m ruff format . && python3 -m ruff check --fix .` (never --unsafe-fixes).
+# Style and layering: ruff for Python, clang-format for C++ (configurations
+# committed: ruff.toml, .clang-format), and DESIGN.md's include rules.
 lint: setup
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m ruff format --check --diff .
+	clang-format-19 --dry-run --Werror $$(git ls-files '*.cpp' '*.h')
+	$(PYTHON) tools/check_layering.py .
 
 # Writes bench/results/<date>-<host>.json and regenerates docs/benchmarks.md
 # and docs/img/*.png. QUICK=1: smaller sizes, under 5 minutes.

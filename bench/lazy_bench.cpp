@@ -3,11 +3,11 @@
 // partitioning traces into regions, and compiling regions by size.
 #include <benchmark/benchmark.h>
 
+#include <immintrin.h>
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <functional>
-#include <immintrin.h>
 #include <string>
 #include <thread>
 #include <vector>
@@ -197,14 +197,17 @@ void BM_FusedChainKernel(benchmark::State& state) {
   }
   state.SetBytesProcessed(state.iterations() * n * 8);
 }
-BENCHMARK(BM_FusedChainKernel)->ArgsProduct({benchmark::CreateDenseRange(0, 7, 1), {4096, 4 << 20}})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_FusedChainKernel)
+    ->ArgsProduct({benchmark::CreateDenseRange(0, 7, 1), {4096, 4 << 20}})
+    ->Unit(benchmark::kMicrosecond);
 
 // Compile time of the chain kernel above (variant 7: the largest region of
 // the end-to-end benchmarks, so the one that sets the 99th percentile).
 void BM_CompileChain(benchmark::State& state) {
   const fusion::PlannedKernel k = chain_kernel(static_cast<int>(state.range(0)), 4096);
   int64_t n = 0;
-  for (auto _ : state) benchmark::DoNotOptimize(codegen::compile(k.kernel, "kiln_bench_chain_" + std::to_string(n++), {}));
+  for (auto _ : state)
+    benchmark::DoNotOptimize(codegen::compile(k.kernel, "kiln_bench_chain_" + std::to_string(n++), {}));
 }
 BENCHMARK(BM_CompileChain)->Arg(7)->Unit(benchmark::kMillisecond);
 
@@ -241,7 +244,8 @@ void BM_StreamingStores(benchmark::State& state) {
   ir::Kernel streaming = k.kernel;
   streaming.streaming_stores = true;
   auto cached_fn = codegen::load(codegen::compile(k.kernel, "kiln_bench_cached", {}).object, "kiln_bench_cached");
-  auto streaming_fn = codegen::load(codegen::compile(streaming, "kiln_bench_streaming", {}).object, "kiln_bench_streaming");
+  auto streaming_fn =
+      codegen::load(codegen::compile(streaming, "kiln_bench_streaming", {}).object, "kiln_bench_streaming");
   // 64-byte aligned, as the device pool allocates.
   auto* in = static_cast<float*>(std::aligned_alloc(64, n * 4));
   auto* out = static_cast<float*>(std::aligned_alloc(64, n * 4));
@@ -281,7 +285,8 @@ void BM_ExpScaling(benchmark::State& state) {
   codegen::Options portable;
   portable.avx512_math = false;
   auto vscalef_fn = codegen::load(codegen::compile(k.kernel, "kiln_bench_vscalef", {}).object, "kiln_bench_vscalef");
-  auto portable_fn = codegen::load(codegen::compile(k.kernel, "kiln_bench_portable", portable).object, "kiln_bench_portable");
+  auto portable_fn =
+      codegen::load(codegen::compile(k.kernel, "kiln_bench_portable", portable).object, "kiln_bench_portable");
   std::vector<float> in(n), out(n);
   for (int64_t i = 0; i < n; ++i) in[i] = static_cast<float>((i % 1000) - 500) / 250.f;
   void* bufs[] = {in.data(), out.data()};

@@ -37,8 +37,7 @@ struct MemoryCache::Slot {
   std::exception_ptr error;
 };
 
-std::shared_ptr<const Entry> MemoryCache::get_or_build(const Key& key,
-                                                                   const std::function<Entry()>& build, bool* hit) {
+std::shared_ptr<const Entry> MemoryCache::get_or_build(const Key& key, const std::function<Entry()>& build, bool* hit) {
   std::shared_ptr<Slot> slot;
   bool builder = false;
   {

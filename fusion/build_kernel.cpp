@@ -144,7 +144,9 @@ std::optional<PlannedKernel> RegionBuilder::build(const std::vector<bool>& keep)
   std::vector<int32_t> remap(nodes_.size(), -1), scalar_slot(scalars_.size(), -1);
   std::vector<int32_t> reduction_slot(reductions_.size(), -1);
   for (size_t r = 0; r < reductions_.size(); ++r) {
-    if (reduction_needed[r]) reduction_slot[r] = static_cast<int32_t>(std::count(reduction_needed.begin(), reduction_needed.begin() + r, true));
+    if (reduction_needed[r])
+      reduction_slot[r] =
+          static_cast<int32_t>(std::count(reduction_needed.begin(), reduction_needed.begin() + r, true));
   }
   for (size_t i = 0; i < nodes_.size(); ++i) {
     if (!needed[i]) continue;

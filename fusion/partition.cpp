@@ -203,11 +203,8 @@ std::string RegionBuilder::try_add(const trace::TraceOp& op, int32_t index, int3
         scalar_refs_.push_back({index, n.arg});
         n.arg = static_cast<int32_t>(scalars_.size()) - 1;
         break;
-      case ir::Op::ReduceValue:
-        n.arg += reduction_base;
-        break;
-      default:
-        break;
+      case ir::Op::ReduceValue: n.arg += reduction_base; break;
+      default: break;
     }
     for (int j = 0; j < ir::op_arity(n.op); ++j) n.in[j] = remap[n.in[j]];
     nodes_.push_back(n);

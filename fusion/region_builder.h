@@ -42,7 +42,7 @@ class RegionBuilder {
   int32_t component_ = -1;
   std::vector<int64_t> sizes_;
   uint64_t reduced_ = 0;
-  bool has_sincos_ = false;  // a float sin or cos joined (rule 10)
+  bool has_sincos_ = false;      // a float sin or cos joined (rule 10)
   std::vector<ir::Node> nodes_;  // Load args index memory_loads_
   std::vector<trace::View> memory_loads_;
   std::vector<trace::Scalar> scalars_;

@@ -95,7 +95,7 @@ def main():
     for v in found:
         print(f"layering: {v}", file=sys.stderr)
     if found:
-        print(f"layering: {len(found)} violation(s) of DESIGN.md's layers (see tools/check_layering.py)", file=sys.stderr)
+        print(f"layering: {len(found)} violation(s) of DESIGN.md's layers (tools/check_layering.py)", file=sys.stderr)
     return 1 if found else 0
 
 

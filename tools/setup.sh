@@ -2,7 +2,7 @@
 # One-time machine set-up shared by `make demo`, `make test` and `make bench`.
 # Idempotent: each step is skipped when what it installs is already there.
 set -euo pipefail
-APT_PACKAGES="llvm-19-dev librocksdb-dev libxxhash-dev libgtest-dev libbenchmark-dev ninja-build cmake g++"
+APT_PACKAGES="llvm-19-dev librocksdb-dev libxxhash-dev libgtest-dev libbenchmark-dev ninja-build cmake g++ clang-format-19"
 missing=""
 for p in $APT_PACKAGES; do
   dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
@@ -14,6 +14,9 @@ if [ -n "$missing" ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq $missing
 fi
 PY=${PYTHON:-python3}
+# The checks below import torch; an installed kiln whose build is absent or
+# stale must not make them fail (and reinstall torch): no backend autoload.
+export TORCH_DEVICE_BACKEND_AUTOLOAD=0
 # torch is pinned and installed on its own, never as a dependency of kiln, so
 # pip can never resolve (and download) another torch build.
 if ! $PY -c 'import torch, sys; sys.exit(0 if torch.__version__.startswith("2.13.0") else 1)' 2>/dev/null; then

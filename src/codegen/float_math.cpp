@@ -10,7 +10,9 @@ using llvm::Value;
 
 // a * b + c for polynomial evaluation inside kiln's own math functions
 // (never for eager's ops): one instruction where the CPU has FMA.
-Value* FloatMath::muladd(Value* a, Value* b, Value* c) { return call_intrinsic(b_, llvm::Intrinsic::fmuladd, {a, b, c}); }
+Value* FloatMath::muladd(Value* a, Value* b, Value* c) {
+  return call_intrinsic(b_, llvm::Intrinsic::fmuladd, {a, b, c});
+}
 
 // a / b from the CPU's reciprocal estimate refined by Newton-Raphson (the
 // function's "reciprocal-estimates" attribute, set in Lowering::emit):
@@ -106,7 +108,8 @@ Value* FloatMath::erf(Value* x) {
   Value* r = k(1.061405429);
   for (double c : {-1.453152027, 1.421413741, -0.284496736, 0.254829592}) r = muladd(r, t, k(c));
   Value* e = exp(b_.CreateFNeg(b_.CreateFMul(x, x)));
-  Value* y = call_intrinsic(b_, llvm::Intrinsic::copysign, {b_.CreateFSub(k(1), b_.CreateFMul(b_.CreateFMul(e, t), r)), x});
+  Value* y =
+      call_intrinsic(b_, llvm::Intrinsic::copysign, {b_.CreateFSub(k(1), b_.CreateFMul(b_.CreateFMul(e, t), r)), x});
   // Near 0 that form loses relative accuracy (1 - r t e cancels): the
   // Taylor series, exact to 1e-9 relative for |x| < 0.5.
   Value* z = b_.CreateFMul(x, x);

@@ -50,7 +50,8 @@ class FloatMath {
   llvm::Value* scale_in_two_halves(llvm::Value* p, llvm::Value* t);
   llvm::Value* sin_or_cos(llvm::Value* x, bool cosine);
   llvm::Value* sin_or_cos_in_float(llvm::Value* x, bool cosine);
-  llvm::Value* subtract_half_pis(llvm::Value* x, llvm::Value* n, bool cosine, std::initializer_list<double> half_pi_parts);
+  llvm::Value* subtract_half_pis(llvm::Value* x, llvm::Value* n, bool cosine,
+                                 std::initializer_list<double> half_pi_parts);
   llvm::Value* sin_reduced(llvm::Value* r, llvm::Value* n);
 
   // Adding 1.5 * 2^23 to a float of magnitude below 2^22 rounds it to an

@@ -33,7 +33,8 @@ Value* FloatMath::sin_or_cos(Value* x, bool cosine) {
   Value* n = call_intrinsic(b_, llvm::Intrinsic::roundeven, {muladd(xd, k(kInvPi), k(cosine ? -0.5 : 0))});
   Value* r = subtract_half_pis(xd, n, cosine, {1.57079632679489655800, 6.12323399573676603587e-17});
   Value* finite = b_.CreateFCmpOLT(call_intrinsic(b_, llvm::Intrinsic::fabs, {n}), k(9.0e15));
-  Value* ni = b_.CreateTrunc(b_.CreateFPToSI(b_.CreateSelect(finite, n, k(0)), b_.getInt64Ty()), b_.getInt32Ty());  // n may pass 2^31
+  Value* ni = b_.CreateTrunc(b_.CreateFPToSI(b_.CreateSelect(finite, n, k(0)), b_.getInt64Ty()),
+                             b_.getInt32Ty());  // n may pass 2^31
   if (cosine) ni = b_.CreateAdd(ni, b_.getInt32(1));
   Value* reduced = sin_reduced(b_.CreateFPTrunc(r, x->getType()), ni);
   if (sin_cos_ != SinCos::Exact) return reduced;
@@ -60,7 +61,9 @@ void FloatMath::track_largest(Value* x, Value* slot) {
   b_.CreateStore(call_intrinsic(b_, llvm::Intrinsic::umax, {largest, magnitude}), slot);
 }
 
-Value* FloatMath::beyond_float_sin_cos(Value* largest) { return b_.CreateICmpUGT(largest, b_.getInt32(kSmallSinLimitBits)); }
+Value* FloatMath::beyond_float_sin_cos(Value* largest) {
+  return b_.CreateICmpUGT(largest, b_.getInt32(kSmallSinLimitBits));
+}
 
 // The same in float alone, for |x| <= kSmallSinLimit: pi/2 in three float
 // parts, each product exact inside an FMA, reduces as accurately as the

@@ -90,7 +90,8 @@ llvm::TargetMachine& thread_target_machine() {
   thread_local std::unique_ptr<llvm::TargetMachine> tm;
   if (!tm) {
     auto made = host_builder().createTargetMachine();
-    if (!made) throw std::runtime_error("kiln codegen: cannot create a target machine: " + error_text(made.takeError()));
+    if (!made)
+      throw std::runtime_error("kiln codegen: cannot create a target machine: " + error_text(made.takeError()));
     tm = std::move(*made);
   }
   return *tm;
@@ -213,8 +214,8 @@ std::string environment_fingerprint(const Options& options) {
   }
   return std::string(kCodegenVersion) + ";llvm=" LLVM_VERSION_STRING ";triple=" + llvm::sys::getProcessTriple() +
          ";cpu=" + llvm::sys::getHostCPUName().str() + ";features=" + features +
-         ";fast_math=" + (options.fast_math ? "1" : "0") +
-         ";avx512_math=" + (options.avx512_math ? "1" : "0") + ";opt=" + kPassPipeline + ";" + libmvec_fingerprint();
+         ";fast_math=" + (options.fast_math ? "1" : "0") + ";avx512_math=" + (options.avx512_math ? "1" : "0") +
+         ";opt=" + kPassPipeline + ";" + libmvec_fingerprint();
 }
 
 namespace {
@@ -248,7 +249,8 @@ CompiledObject compile(const ir::Kernel& kernel, const std::string& symbol, cons
       },
       &llvm_error);
   auto check = [&](const char* stage) {
-    if (!llvm_error.empty()) throw std::runtime_error(std::string("kiln codegen: LLVM error while ") + stage + ": " + llvm_error);
+    if (!llvm_error.empty())
+      throw std::runtime_error(std::string("kiln codegen: LLVM error while ") + stage + ": " + llvm_error);
   };
   llvm::Module module(symbol, ctx);
   module.setDataLayout(tm.createDataLayout());

@@ -21,7 +21,12 @@ int math_chain_depth(const ir::Kernel& k) {
       if (in >= 0) depth[i] = std::max(depth[i], depth[in]);
     }
     switch (n.op) {
-      case Op::Exp: case Op::Sin: case Op::Cos: case Op::Tanh: case Op::Erf: case Op::Sigmoid:
+      case Op::Exp:
+      case Op::Sin:
+      case Op::Cos:
+      case Op::Tanh:
+      case Op::Erf:
+      case Op::Sigmoid:
         depth[i] += n.dtype == DType::Float64 ? 0 : 1;  // double math calls libm
         break;
       default: break;

@@ -54,7 +54,8 @@ Value* lower_unary_any_type(llvm::IRBuilderBase& b, Op op, Value* x, DType t) {
     case Op::Sign: {
       if (t == DType::Bool) return x;
       Value* zero = f ? fconst(ty, 0) : llvm::ConstantInt::get(ty, 0);
-      Value* pos = f ? b.CreateFCmpOLT(zero, x) : (is_unsigned(t) ? b.CreateICmpULT(zero, x) : b.CreateICmpSLT(zero, x));
+      Value* pos =
+          f ? b.CreateFCmpOLT(zero, x) : (is_unsigned(t) ? b.CreateICmpULT(zero, x) : b.CreateICmpSLT(zero, x));
       Value* neg = f ? b.CreateFCmpOLT(x, zero) : (is_unsigned(t) ? b.getFalse() : b.CreateICmpSLT(x, zero));
       if (f) return b.CreateFSub(b.CreateUIToFP(pos, ty), b.CreateUIToFP(neg, ty));
       return b.CreateSub(b.CreateZExt(pos, ty), b.CreateZExt(neg, ty));
@@ -112,7 +113,8 @@ Value* lower_unary_float(llvm::IRBuilderBase& b, FloatMath& math, Op op, Value* 
 
 Value* lower_unary(llvm::IRBuilderBase& b, FloatMath& math, Op op, Value* x, DType t) {
   if (Value* v = lower_unary_any_type(b, op, x, t)) return v;
-  if (!ir::is_floating(t)) throw std::runtime_error(std::string("kiln codegen: ") + ir::op_name(op) + " on " + ir::dtype_name(t));
+  if (!ir::is_floating(t))
+    throw std::runtime_error(std::string("kiln codegen: ") + ir::op_name(op) + " on " + ir::dtype_name(t));
   return lower_unary_float(b, math, op, x);
 }
 
@@ -168,8 +170,10 @@ Value* lower_binary(llvm::IRBuilderBase& b, Op op, Value* x, Value* y, DType t) 
       const bool is_max = op == Op::MaxEitherNaN;
       if (!f) {
         const bool u = is_unsigned(t);
-        return call_intrinsic(b, is_max ? (u ? llvm::Intrinsic::umax : llvm::Intrinsic::smax)
-                                        : (u ? llvm::Intrinsic::umin : llvm::Intrinsic::smin), {x, y});
+        return call_intrinsic(b,
+                              is_max ? (u ? llvm::Intrinsic::umax : llvm::Intrinsic::smax)
+                                     : (u ? llvm::Intrinsic::umin : llvm::Intrinsic::smin),
+                              {x, y});
       }
       Value* picked = call_intrinsic(b, is_max ? llvm::Intrinsic::maxnum : llvm::Intrinsic::minnum, {x, y});
       return b.CreateSelect(b.CreateFCmpUNO(x, y), b.CreateFAdd(x, y), picked);
@@ -177,8 +181,12 @@ Value* lower_binary(llvm::IRBuilderBase& b, Op op, Value* x, Value* y, DType t) 
     // std::max / std::min: a NaN in the first operand propagates (clamp).
     case Op::MaxFirstNaN: return b.CreateSelect(lower_compare(b, Op::Lt, x, y, t), y, x);
     case Op::MinFirstNaN: return b.CreateSelect(lower_compare(b, Op::Lt, y, x, t), y, x);
-    case Op::Eq: case Op::Ne: case Op::Lt: case Op::Le: case Op::Gt: case Op::Ge:
-      return lower_compare(b, op, x, y, t);
+    case Op::Eq:
+    case Op::Ne:
+    case Op::Lt:
+    case Op::Le:
+    case Op::Gt:
+    case Op::Ge: return lower_compare(b, op, x, y, t);
     case Op::And: return b.CreateAnd(x, y);
     case Op::Or: return b.CreateOr(x, y);
     case Op::Xor: return b.CreateXor(x, y);

@@ -66,10 +66,13 @@ void Lowering::emit_pointwise(Value* begin, Value* end) {
     return s;
   };
   auto run = [&](const char* name, Vectorize vectorize) {
-    loop(b_.getInt64(0), count, name, [&](Value* j) {
-      Scope s = scope_at(j);
-      store_all(stores_where(false), s);
-    }, vectorize);
+    loop(
+        b_.getInt64(0), count, name,
+        [&](Value* j) {
+          Scope s = scope_at(j);
+          store_all(stores_where(false), s);
+        },
+        vectorize);
   };
   // The run with float-only sin/cos, and the exact one that redoes it when
   // an argument was beyond the float reduction (FloatMath::SinCos).
@@ -92,13 +95,16 @@ void Lowering::emit_pointwise(Value* begin, Value* end) {
     // feed the second). Scan its sin/cos arguments first (loads only),
     // then take the float loop or the exact one.
     b_.CreateStore(b_.getInt32(0), largest_sincos_argument);
-    loop(b_.getInt64(0), count, "j.scan", [&](Value* j) {
-      Scope s = scope_at(j);
-      for (const ir::Node& n : k_.nodes) {
-        if (!is_float_sincos(n)) continue;
-        math_.track_largest(value(n.in[0], s), largest_sincos_argument);
-      }
-    }, Vectorize::Wide);
+    loop(
+        b_.getInt64(0), count, "j.scan",
+        [&](Value* j) {
+          Scope s = scope_at(j);
+          for (const ir::Node& n : k_.nodes) {
+            if (!is_float_sincos(n)) continue;
+            math_.track_largest(value(n.in[0], s), largest_sincos_argument);
+          }
+        },
+        Vectorize::Wide);
     auto* small = llvm::BasicBlock::Create(ctx_, "run.small", fn_);
     auto* exact = llvm::BasicBlock::Create(ctx_, "run.exact", fn_);
     auto* done = llvm::BasicBlock::Create(ctx_, "run.done", fn_);

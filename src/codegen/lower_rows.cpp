@@ -26,7 +26,8 @@ void Lowering::emit_rows(Value* begin, Value* end) {
   loop(begin, end, "row", [&](Value* row) {
     std::vector<Value*> outer = coordinates(row, 0, K0);
     std::vector<Value*> row_base;
-    for (size_t a = 0; a < k_.accesses.size(); ++a) row_base.push_back(offset_at(static_cast<int>(a), outer, 0, K0, offsets_[a]));
+    for (size_t a = 0; a < k_.accesses.size(); ++a)
+      row_base.push_back(offset_at(static_cast<int>(a), outer, 0, K0, offsets_[a]));
     for (size_t ri = 0; ri < k_.reductions.size(); ++ri) emit_reduction(static_cast<int>(ri), row_base);
     const std::vector<const ir::Store*> element_stores = stores_where(false);
     if (!element_stores.empty()) {
@@ -46,18 +47,22 @@ void Lowering::reduced_loops(const std::vector<Value*>& row_base, const std::fun
                              Vectorize innermost) {
   const int R = k_.rank, K0 = R - k_.reduce_rank;
   std::function<void(int, std::vector<Value*>, Value*)> nest = [&](int d, std::vector<Value*> base, Value* lin) {
-    loop(b_.getInt64(0), sizes_[d], "r" + std::to_string(d), [&](Value* i) {
-      std::vector<Value*> off;
-      for (size_t a = 0; a < k_.accesses.size(); ++a) off.push_back(b_.CreateAdd(base[a], b_.CreateMul(i, strides_[a][d])));
-      Value* l = b_.CreateAdd(b_.CreateMul(lin, sizes_[d]), i);
-      if (d + 1 < R) {
-        nest(d + 1, off, l);
-      } else {
-        Scope s = new_scope();
-        s.offset = off;
-        body(s, l);
-      }
-    }, d + 1 == R ? innermost : Vectorize::Auto);
+    loop(
+        b_.getInt64(0), sizes_[d], "r" + std::to_string(d),
+        [&](Value* i) {
+          std::vector<Value*> off;
+          for (size_t a = 0; a < k_.accesses.size(); ++a)
+            off.push_back(b_.CreateAdd(base[a], b_.CreateMul(i, strides_[a][d])));
+          Value* l = b_.CreateAdd(b_.CreateMul(lin, sizes_[d]), i);
+          if (d + 1 < R) {
+            nest(d + 1, off, l);
+          } else {
+            Scope s = new_scope();
+            s.offset = off;
+            body(s, l);
+          }
+        },
+        d + 1 == R ? innermost : Vectorize::Auto);
   };
   nest(K0, row_base, b_.getInt64(0));
 }
@@ -67,8 +72,11 @@ namespace {
 // The least (`least`) or greatest value of integer type `ty`.
 llvm::Constant* int_extreme(llvm::Type* ty, bool unsigned_type, bool least) {
   const unsigned bits = ty->getIntegerBitWidth();
-  if (least) return unsigned_type ? llvm::ConstantInt::get(ty, 0) : llvm::ConstantInt::get(ty, llvm::APInt::getSignedMinValue(bits));
-  return llvm::ConstantInt::get(ty, unsigned_type ? llvm::APInt::getMaxValue(bits) : llvm::APInt::getSignedMaxValue(bits));
+  if (least)
+    return unsigned_type ? llvm::ConstantInt::get(ty, 0)
+                         : llvm::ConstantInt::get(ty, llvm::APInt::getSignedMinValue(bits));
+  return llvm::ConstantInt::get(ty,
+                                unsigned_type ? llvm::APInt::getMaxValue(bits) : llvm::APInt::getSignedMaxValue(bits));
 }
 
 }  // namespace
@@ -105,36 +113,39 @@ void Lowering::emit_reduction(int ri, const std::vector<Value*>& row_base) {
     else init = int_extreme(ty, is_unsigned(vt), /*least=*/r.kind == ReduceKind::ArgMax);
     b_.CreateStore(init, best_[ri]);
   }
-  reduced_loops(row_base, [&](Scope& s, Value* lin) {
-    Value* v = value(r.value, s);
-    Value* acc = b_.CreateLoad(register_type(b_, r.dtype), results_[ri]);
-    Value* next = nullptr;
-    switch (r.kind) {
-      case ReduceKind::Sum: next = lower_binary(b_, Op::Add, acc, convert(b_, v, vt, r.dtype), r.dtype); break;
-      case ReduceKind::Prod: next = lower_binary(b_, Op::Mul, acc, convert(b_, v, vt, r.dtype), r.dtype); break;
-      case ReduceKind::Max:
-      case ReduceKind::Min: {
-        Value* x = convert(b_, v, vt, r.dtype);
-        Value* better = lower_compare(b_, r.kind == ReduceKind::Max ? Op::Gt : Op::Lt, x, acc, r.dtype);
-        if (ir::is_floating(r.dtype)) better = b_.CreateOr(better, b_.CreateFCmpUNO(x, x));  // NaN wins
-        next = b_.CreateSelect(better, x, acc);
-        break;
-      }
-      case ReduceKind::Any: next = b_.CreateOr(acc, convert(b_, v, vt, DType::Bool)); break;
-      case ReduceKind::All: next = b_.CreateAnd(acc, convert(b_, v, vt, DType::Bool)); break;
-      case ReduceKind::ArgMax:
-      case ReduceKind::ArgMin: {
-        // First index of the extreme value; the first NaN wins and stays.
-        Value* best = b_.CreateLoad(register_type(b_, vt), best_[ri]);
-        Value* better = lower_compare(b_, r.kind == ReduceKind::ArgMax ? Op::Gt : Op::Lt, v, best, vt);
-        if (f) better = b_.CreateAnd(b_.CreateOr(better, b_.CreateFCmpUNO(v, v)), b_.CreateFCmpORD(best, best));
-        b_.CreateStore(b_.CreateSelect(better, v, best), best_[ri]);
-        next = b_.CreateSelect(better, lin, acc);
-        break;
-      }
-    }
-    b_.CreateStore(next, results_[ri]);
-  }, r.kind == ReduceKind::Sum ? Vectorize::WideSum : Vectorize::Auto);
+  reduced_loops(
+      row_base,
+      [&](Scope& s, Value* lin) {
+        Value* v = value(r.value, s);
+        Value* acc = b_.CreateLoad(register_type(b_, r.dtype), results_[ri]);
+        Value* next = nullptr;
+        switch (r.kind) {
+          case ReduceKind::Sum: next = lower_binary(b_, Op::Add, acc, convert(b_, v, vt, r.dtype), r.dtype); break;
+          case ReduceKind::Prod: next = lower_binary(b_, Op::Mul, acc, convert(b_, v, vt, r.dtype), r.dtype); break;
+          case ReduceKind::Max:
+          case ReduceKind::Min: {
+            Value* x = convert(b_, v, vt, r.dtype);
+            Value* better = lower_compare(b_, r.kind == ReduceKind::Max ? Op::Gt : Op::Lt, x, acc, r.dtype);
+            if (ir::is_floating(r.dtype)) better = b_.CreateOr(better, b_.CreateFCmpUNO(x, x));  // NaN wins
+            next = b_.CreateSelect(better, x, acc);
+            break;
+          }
+          case ReduceKind::Any: next = b_.CreateOr(acc, convert(b_, v, vt, DType::Bool)); break;
+          case ReduceKind::All: next = b_.CreateAnd(acc, convert(b_, v, vt, DType::Bool)); break;
+          case ReduceKind::ArgMax:
+          case ReduceKind::ArgMin: {
+            // First index of the extreme value; the first NaN wins and stays.
+            Value* best = b_.CreateLoad(register_type(b_, vt), best_[ri]);
+            Value* better = lower_compare(b_, r.kind == ReduceKind::ArgMax ? Op::Gt : Op::Lt, v, best, vt);
+            if (f) better = b_.CreateAnd(b_.CreateOr(better, b_.CreateFCmpUNO(v, v)), b_.CreateFCmpORD(best, best));
+            b_.CreateStore(b_.CreateSelect(better, v, best), best_[ri]);
+            next = b_.CreateSelect(better, lin, acc);
+            break;
+          }
+        }
+        b_.CreateStore(next, results_[ri]);
+      },
+      r.kind == ReduceKind::Sum ? Vectorize::WideSum : Vectorize::Auto);
 }
 
 }  // namespace kiln::codegen

@@ -23,7 +23,12 @@ using ir::Op;
 using llvm::Value;
 
 Lowering::Lowering(const ir::Kernel& k, const KernelTraits& traits, llvm::Module& m, const Options& options)
-    : k_(k), traits_(traits), m_(m), ctx_(m.getContext()), b_(ctx_), fast_math_(options.fast_math),
+    : k_(k),
+      traits_(traits),
+      m_(m),
+      ctx_(m.getContext()),
+      b_(ctx_),
+      fast_math_(options.fast_math),
       math_(b_, options.avx512_math && vscalef_available()) {
   i64_ = b_.getInt64Ty();
 }
@@ -103,7 +108,8 @@ void Lowering::make_alias_scopes() {
   llvm::MDBuilder md(ctx_);
   llvm::MDNode* domain = md.createAnonymousAliasScopeDomain("kiln.buffers");
   std::vector<llvm::Metadata*> scopes;
-  for (int i = 0; i < k_.num_buffers; ++i) scopes.push_back(md.createAnonymousAliasScope(domain, "buffer" + std::to_string(i)));
+  for (int i = 0; i < k_.num_buffers; ++i)
+    scopes.push_back(md.createAnonymousAliasScope(domain, "buffer" + std::to_string(i)));
   for (int i = 0; i < k_.num_buffers; ++i) {
     scope_.push_back(llvm::MDNode::get(ctx_, {scopes[i]}));
     std::vector<llvm::Metadata*> others;
@@ -151,11 +157,11 @@ Value* Lowering::value(int id, Scope& s) {
     case Op::Constant:
       if (ir::is_reduced_float(n.dtype)) v = f32_to_reduced(b_, fconst(b_.getFloatTy(), n.imm), n.dtype);
       else if (ir::is_floating(n.dtype)) v = fconst(register_type(b_, n.dtype), n.imm);
-      else v = llvm::ConstantInt::get(register_type(b_, n.dtype), static_cast<uint64_t>(static_cast<int64_t>(n.imm)), true);
+      else
+        v = llvm::ConstantInt::get(register_type(b_, n.dtype), static_cast<uint64_t>(static_cast<int64_t>(n.imm)),
+                                   true);
       break;
-    case Op::ReduceValue:
-      v = b_.CreateLoad(register_type(b_, k_.reductions[n.arg].dtype), results_[n.arg]);
-      break;
+    case Op::ReduceValue: v = b_.CreateLoad(register_type(b_, k_.reductions[n.arg].dtype), results_[n.arg]); break;
     case Op::Cast: v = convert(b_, in(0), in_dtype(0), n.dtype); break;
     case Op::Where: v = b_.CreateSelect(in(0), in(1), in(2)); break;
     case Op::Fma:
@@ -191,8 +197,8 @@ std::vector<const ir::Store*> Lowering::stores_where(bool row_invariant) {
   return out;
 }
 
-void lower_to_llvm(const ir::Kernel& kernel, const KernelTraits& traits, const std::string& symbol, llvm::Module& module,
-                   const Options& options) {
+void lower_to_llvm(const ir::Kernel& kernel, const KernelTraits& traits, const std::string& symbol,
+                   llvm::Module& module, const Options& options) {
   Lowering(kernel, traits, module, options).emit(symbol);
 }
 

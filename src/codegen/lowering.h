@@ -33,7 +33,7 @@ class Lowering {
   struct Scope {
     std::vector<llvm::Value*> offset;  // per access (null: not addressable here)
     std::vector<llvm::Value*> memo;
-    std::vector<llvm::Value*> base;    // per access: what offset counts from (null: its buffer's start)
+    std::vector<llvm::Value*> base;  // per access: what offset counts from (null: its buffer's start)
   };
 
   // How an innermost loop asks to be vectorized (docs/codegen.md, "Loop hints").

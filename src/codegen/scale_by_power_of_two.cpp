@@ -19,7 +19,8 @@ constexpr int kCurrentRounding = 4;        // _MM_FROUND_CUR_DIRECTION
 std::string vector_name(unsigned lanes) { return std::string(kScalarName) + "_v" + std::to_string(lanes); }
 
 llvm::Function* declare(llvm::Module& m, const std::string& name, llvm::Type* ty) {
-  auto* f = llvm::cast<llvm::Function>(m.getOrInsertFunction(name, llvm::FunctionType::get(ty, {ty, ty}, false)).getCallee());
+  auto* f =
+      llvm::cast<llvm::Function>(m.getOrInsertFunction(name, llvm::FunctionType::get(ty, {ty, ty}, false)).getCallee());
   f->setDoesNotAccessMemory();
   f->setDoesNotThrow();
   f->setWillReturn();
@@ -37,14 +38,15 @@ llvm::Value* vscalef(llvm::IRBuilderBase& b, llvm::Value* p, llvm::Value* n) {
     auto* v4 = llvm::FixedVectorType::get(p->getType(), 4);
     llvm::Value* zero = llvm::Constant::getNullValue(v4);
     llvm::Value* r = call(llvm::Intrinsic::x86_avx512_mask_scalef_ss,
-                          {b.CreateInsertElement(zero, p, uint64_t{0}), b.CreateInsertElement(zero, n, uint64_t{0}), zero,
-                           b.getInt8(0xff), b.getInt32(kCurrentRounding)});
+                          {b.CreateInsertElement(zero, p, uint64_t{0}), b.CreateInsertElement(zero, n, uint64_t{0}),
+                           zero, b.getInt8(0xff), b.getInt32(kCurrentRounding)});
     return b.CreateExtractElement(r, uint64_t{0});
   }
   llvm::Value* zero = llvm::Constant::getNullValue(vty);
   switch (vty->getNumElements()) {
     case 16:
-      return call(llvm::Intrinsic::x86_avx512_mask_scalef_ps_512, {p, n, zero, b.getInt16(0xffff), b.getInt32(kCurrentRounding)});
+      return call(llvm::Intrinsic::x86_avx512_mask_scalef_ps_512,
+                  {p, n, zero, b.getInt16(0xffff), b.getInt32(kCurrentRounding)});
     case 8: return call(llvm::Intrinsic::x86_avx512_mask_scalef_ps_256, {p, n, zero, b.getInt8(0xff)});
     default: return call(llvm::Intrinsic::x86_avx512_mask_scalef_ps_128, {p, n, zero, b.getInt8(0xff)});
   }

@@ -16,7 +16,8 @@ constexpr int64_t kTileBytes = 4096;  // per store; the misaligned path only
 
 using llvm::Value;
 
-StreamingTiles::StreamingTiles(llvm::IRBuilderBase& b, const ir::Kernel& k) : b_(b), k_(k), tiles_(k.accesses.size(), nullptr) {
+StreamingTiles::StreamingTiles(llvm::IRBuilderBase& b, const ir::Kernel& k)
+    : b_(b), k_(k), tiles_(k.accesses.size(), nullptr) {
   for (const ir::Store& st : k_.stores) {
     auto* tile = b_.CreateAlloca(llvm::ArrayType::get(b_.getInt8Ty(), kTileBytes), nullptr, "tile");
     tile->setAlignment(llvm::Align(kLineBytes));
@@ -35,7 +36,8 @@ StreamingTiles::Placement StreamingTiles::place_run(Value* count, const std::vec
   for (size_t a = 0; a < tiles_.size(); ++a) {
     if (tiles_[a] == nullptr) continue;
     const int64_t size = ir::dtype_size(k_.accesses[a].dtype);
-    p.row[a] = b_.CreateInBoundsGEP(memory_type(b_, k_.accesses[a].dtype), buffer_base[k_.accesses[a].buffer], row_base[a]);
+    p.row[a] =
+        b_.CreateInBoundsGEP(memory_type(b_, k_.accesses[a].dtype), buffer_base[k_.accesses[a].buffer], row_base[a]);
     Value* low = b_.CreateAnd(b_.CreatePtrToInt(p.row[a], b_.getInt64Ty()), kLineBytes - 1);
     misaligned = b_.CreateOr(misaligned, b_.CreateICmpNE(low, b_.getInt64(0)));
     if (head == nullptr) {  // elements are aligned to their size: low is a multiple of it
@@ -78,8 +80,9 @@ void fence_streaming_stores(llvm::IRBuilderBase& b) { b.CreateFence(llvm::Atomic
 
 void mark_streaming_stores(llvm::Module& module) {
   const llvm::DataLayout& layout = module.getDataLayout();
-  llvm::MDNode* one = llvm::MDNode::get(module.getContext(), {llvm::ConstantAsMetadata::get(
-      llvm::ConstantInt::get(llvm::Type::getInt32Ty(module.getContext()), 1))});
+  llvm::MDNode* one = llvm::MDNode::get(
+      module.getContext(),
+      {llvm::ConstantAsMetadata::get(llvm::ConstantInt::get(llvm::Type::getInt32Ty(module.getContext()), 1))});
   for (llvm::Function& fn : module) {
     for (llvm::BasicBlock& block : fn) {
       for (llvm::Instruction& inst : block) {

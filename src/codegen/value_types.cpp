@@ -21,7 +21,9 @@ llvm::Type* register_type(llvm::IRBuilderBase& b, DType t) {
   return nullptr;
 }
 
-llvm::Type* memory_type(llvm::IRBuilderBase& b, DType t) { return t == DType::Bool ? b.getInt8Ty() : register_type(b, t); }
+llvm::Type* memory_type(llvm::IRBuilderBase& b, DType t) {
+  return t == DType::Bool ? b.getInt8Ty() : register_type(b, t);
+}
 
 Value* reduced_to_f32(llvm::IRBuilderBase& b, Value* v, DType from) {
   if (from == DType::BFloat16) {

@@ -52,7 +52,8 @@ const std::vector<Mapping>& mappings() {
         if (dlsym(mvec, vector.c_str()) == nullptr) continue;
         const std::string prefix = "_ZGV_LLVM_N" + std::to_string(lanes) + v;
         found.push_back({scalar, vector, prefix, lanes});
-        if (f.intrinsic) found.push_back({std::string("llvm.") + f.name + (single ? ".f32" : ".f64"), vector, prefix, lanes});
+        if (f.intrinsic)
+          found.push_back({std::string("llvm.") + f.name + (single ? ".f32" : ".f64"), vector, prefix, lanes});
       }
     }
     // The handle stays open: the JIT resolves these symbols later.

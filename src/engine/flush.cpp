@@ -45,7 +45,8 @@ std::string size_bucket(int ops) {
 std::string describe(const trace::Trace& t, const fusion::Region& r, size_t index, bool has_kernel) {
   std::ostringstream os;
   os << "region " << index << ": " << r.ops.size() << (r.ops.size() == 1 ? " op" : " ops") << " over [";
-  for (size_t d = 0; d < r.sizes.size(); ++d) os << (d ? ", " : "") << r.sizes[d] << (((r.reduced >> d) & 1) ? "r" : "");
+  for (size_t d = 0; d < r.sizes.size(); ++d)
+    os << (d ? ", " : "") << r.sizes[d] << (((r.reduced >> d) & 1) ? "r" : "");
   os << "]: ";
   for (size_t i = 0; i < r.ops.size(); ++i) os << (i ? " " : "") << t.ops[r.ops[i]].name;
   os << (has_kernel ? "" : " (every store dead: no kernel)") << "; ended by " << r.ended_by;
@@ -97,8 +98,8 @@ void configure(const Options& options) {
     const fs::path probe = fs::path(options.dump_dir) / ".kiln_write_probe";
     std::ofstream out(probe);
     if (ec || !out) {
-      throw std::invalid_argument("kiln: KILN_DUMP_DIR='" + options.dump_dir +
-                                  "' is not a writable directory" + (ec ? " (" + ec.message() + ")" : "") +
+      throw std::invalid_argument("kiln: KILN_DUMP_DIR='" + options.dump_dir + "' is not a writable directory" +
+                                  (ec ? " (" + ec.message() + ")" : "") +
                                   "; set it to a directory kiln may create files in, or leave it empty");
     }
     out.close();

@@ -50,6 +50,7 @@ struct OpInfo {
   const char* name;
   int arity;
 };
+// clang-format off: a table, in Op order
 constexpr OpInfo kOps[] = {
     {"load", 0},    {"scalar", 0}, {"const", 0},  {"reduced", 0},
     {"cast", 1},    {"neg", 1},    {"abs", 1},    {"not", 1},     {"bitnot", 1},  {"exp", 1},
@@ -65,6 +66,7 @@ constexpr OpInfo kOps[] = {
     {"and", 2},     {"or", 2},     {"xor", 2},    {"bitand", 2},  {"bitor", 2},   {"bitxor", 2},
     {"copysign", 2},{"where", 3},  {"fma", 3},
 };
+// clang-format on
 static_assert(sizeof(kOps) / sizeof(kOps[0]) == static_cast<size_t>(Op::kCount), "kOps must list every Op");
 
 bool is_comparison(Op op) {
@@ -132,8 +134,7 @@ void validate(const Kernel& k) {
         if (n.arg < 0 || n.arg >= static_cast<int32_t>(k.reductions.size())) invalid("missing reduction");
         break;
       case Op::Cast:
-      case Op::Constant:
-        break;
+      case Op::Constant: break;
       case Op::Where:
         if (k.nodes[n.in[0]].dtype != DType::Bool) invalid("where's condition is not bool");
         if (k.nodes[n.in[1]].dtype != n.dtype || k.nodes[n.in[2]].dtype != n.dtype) invalid("where's branches differ");
@@ -168,7 +169,8 @@ void validate(const Kernel& k) {
   for (size_t r = 0; r < k.reductions.size(); ++r) {
     const Reduction& red = k.reductions[r];
     if (red.value < 0 || red.value >= static_cast<int32_t>(k.nodes.size())) invalid("reduction of a missing node");
-    if (needs[red.value] >= static_cast<int32_t>(r)) invalid("reduction r" + std::to_string(r) + " reads itself or a later one");
+    if (needs[red.value] >= static_cast<int32_t>(r))
+      invalid("reduction r" + std::to_string(r) + " reads itself or a later one");
     if (red.kind != ReduceKind::ArgMax && red.kind != ReduceKind::ArgMin && red.kind != ReduceKind::Any &&
         red.kind != ReduceKind::All && is_reduced_float(red.dtype)) {
       invalid("reductions accumulate in float32 or wider");
@@ -208,8 +210,8 @@ std::string to_text(const Kernel& k) {
   static const char* inner[] = {"contiguous", "broadcast", "strided"};
   for (size_t i = 0; i < k.accesses.size(); ++i) {
     const Access& a = k.accesses[i];
-    os << "  access a" << i << ": buffer " << a.buffer << " " << dtype_name(a.dtype) << " inner="
-       << inner[static_cast<int>(a.inner)] << (a.row_invariant ? " row-invariant" : "") << "\n";
+    os << "  access a" << i << ": buffer " << a.buffer << " " << dtype_name(a.dtype)
+       << " inner=" << inner[static_cast<int>(a.inner)] << (a.row_invariant ? " row-invariant" : "") << "\n";
   }
   for (size_t i = 0; i < k.nodes.size(); ++i) {
     const Node& n = k.nodes[i];

@@ -8,7 +8,10 @@
 namespace kiln::runtime {
 
 Device::Device(int index, size_t capacity_bytes, bool launch_blocking, HostWait host_wait)
-    : index_(index), launch_blocking_(launch_blocking), host_wait_(host_wait), pool_(index, capacity_bytes),
+    : index_(index),
+      launch_blocking_(launch_blocking),
+      host_wait_(host_wait),
+      pool_(index, capacity_bytes),
       queue_(index, std::move(host_wait)) {}
 
 void* Device::allocate(size_t bytes) {
@@ -124,8 +127,8 @@ Runtime& Runtime::init(const RuntimeOptions& options) {
   Runtime* rt = g_runtime.load();
   if (rt == nullptr) {
     if (options.device_count < 1 || options.device_count > kMaxDevices) {
-      throw std::invalid_argument("kiln runtime: " + std::to_string(options.device_count) +
-                                  " devices requested; 1.." + std::to_string(kMaxDevices) + " are supported");
+      throw std::invalid_argument("kiln runtime: " + std::to_string(options.device_count) + " devices requested; 1.." +
+                                  std::to_string(kMaxDevices) + " are supported");
     }
     rt = new Runtime(options);  // leaked on purpose: see the header
     g_runtime.store(rt);
@@ -145,8 +148,7 @@ Device& Runtime::device(int index) {
   if (index < 0 || index >= device_count()) {
     std::ostringstream os;
     os << "device index " << index << " is out of range: " << device_count()
-       << " device(s) exist, valid indices are 0.." << device_count() - 1
-       << " (KILN_DEVICE_COUNT sets how many)";
+       << " device(s) exist, valid indices are 0.." << device_count() - 1 << " (KILN_DEVICE_COUNT sets how many)";
     throw std::out_of_range(os.str());
   }
   return *devices_[index];

@@ -8,7 +8,9 @@ namespace kiln::runtime {
 LaunchError::LaunchError(int device, std::string launch_name, std::string message)
     : std::runtime_error("kiln device " + std::to_string(device) + ": launch of " + launch_name +
                          " failed: " + message),
-      device(device), launch_name(std::move(launch_name)), message(std::move(message)) {}
+      device(device),
+      launch_name(std::move(launch_name)),
+      message(std::move(message)) {}
 
 LaunchQueue::LaunchQueue(int device, HostWait host_wait)
     : device_(device), host_wait_(std::move(host_wait)), worker_([this] { worker_loop(); }) {}

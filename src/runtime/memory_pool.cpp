@@ -10,10 +10,10 @@ namespace kiln::runtime {
 namespace {
 std::string oom_message(int device, size_t requested, size_t free_bytes, size_t capacity) {
   std::ostringstream os;
-  os << "kiln device " << device << " is out of memory: tried to allocate " << requested
-     << " bytes (" << (requested >> 20) << " MiB) with " << free_bytes << " bytes ("
-     << (free_bytes >> 20) << " MiB) free of a capacity of " << capacity << " bytes ("
-     << (capacity >> 20) << " MiB). Free tensors or raise KILN_DEVICE_MEMORY_MB.";
+  os << "kiln device " << device << " is out of memory: tried to allocate " << requested << " bytes ("
+     << (requested >> 20) << " MiB) with " << free_bytes << " bytes (" << (free_bytes >> 20)
+     << " MiB) free of a capacity of " << capacity << " bytes (" << (capacity >> 20)
+     << " MiB). Free tensors or raise KILN_DEVICE_MEMORY_MB.";
   return os.str();
 }
 size_t round_up(size_t bytes) {
@@ -27,7 +27,10 @@ size_t round_up(size_t bytes) {
 
 OutOfMemoryError::OutOfMemoryError(int device, size_t requested, size_t free_bytes, size_t capacity)
     : std::runtime_error(oom_message(device, requested, free_bytes, capacity)),
-      device(device), requested(requested), free_bytes(free_bytes), capacity(capacity) {}
+      device(device),
+      requested(requested),
+      free_bytes(free_bytes),
+      capacity(capacity) {}
 
 MemoryPool::MemoryPool(int device, size_t capacity_bytes) : device_(device), capacity_(capacity_bytes) {
   stats_.capacity_bytes = static_cast<int64_t>(capacity_bytes);

@@ -90,6 +90,7 @@ void read_by_the_tests_only(Settings&, const std::string&) {}
 // parse_settings sets the fields in this order: a row's setter may read the
 // rows above it (KILN_STREAM_MIN_MB reads KILN_NUM_THREADS).
 const std::vector<KnobSpec>& knob_table() {
+  // clang-format off: a table, one row per knob
   static const std::vector<KnobSpec> table = {
       {"KILN_DEVICE_NAME", KnobKind::Text, "neuron",
        "Name the device registers under (torch.device('<name>'), torch.<name>, Tensor.<name>()).",
@@ -140,6 +141,8 @@ const std::vector<KnobSpec>& knob_table() {
        "(tests/python/test_lazy_differential.py); kiln itself does not read it.",
        read_by_the_tests_only, 1, 100000000},
   };
+  // clang-format on
+
   return table;
 }
 
@@ -170,8 +173,7 @@ std::map<std::string, std::string> process_env() {
   return env;
 }
 
-std::map<std::string, std::string> env_or_process(
-    const std::optional<std::map<std::string, std::string>>& env) {
+std::map<std::string, std::string> env_or_process(const std::optional<std::map<std::string, std::string>>& env) {
   return env ? *env : process_env();
 }
 
@@ -197,8 +199,7 @@ void validate(const KnobSpec& spec, const std::string& value) {
           throw KnobError(spec, value);
       }
       return;
-    case KnobKind::Path:
-      return;  // any path; whether it is writable is checked where it is used
+    case KnobKind::Path: return;  // any path; whether it is writable is checked where it is used
     case KnobKind::Text: {
       bool ok = !value.empty() && std::all_of(value.begin(), value.end(), [](char c) {
         return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_';
@@ -233,14 +234,10 @@ std::string accepted_values(const KnobSpec& spec) {
       if (spec.special != nullptr) s += " or '" + std::string(spec.special) + "'";
       return s;
     }
-    case KnobKind::Boolean:
-      return "0 or 1";
-    case KnobKind::Choice:
-      return "one of " + join(spec.choices, ", ");
-    case KnobKind::ChoiceList:
-      return "a comma-separated list of " + join(spec.choices, ", ") + " (or empty)";
-    case KnobKind::Path:
-      return "a directory path (empty: off)";
+    case KnobKind::Boolean: return "0 or 1";
+    case KnobKind::Choice: return "one of " + join(spec.choices, ", ");
+    case KnobKind::ChoiceList: return "a comma-separated list of " + join(spec.choices, ", ") + " (or empty)";
+    case KnobKind::Path: return "a directory path (empty: off)";
     case KnobKind::Text: {
       std::string s = "a lower-case identifier ([a-z][a-z0-9_]*)";
       if (!spec.reserved.empty()) s += " other than " + join(spec.reserved, ", ");

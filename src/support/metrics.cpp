@@ -90,8 +90,8 @@ std::string Metrics::report() const {
     std::stable_sort(rows.begin(), rows.end(), [](auto& a, auto& b) { return a.second > b.second; });
     const size_t shown = std::min<size_t>(rows.size(), 15);
     for (size_t i = 0; i < shown; ++i) {
-      os << "  " << std::left << std::setw(56) << rows[i].first << std::right << std::setw(12)
-         << rows[i].second << "\n";
+      os << "  " << std::left << std::setw(56) << rows[i].first << std::right << std::setw(12) << rows[i].second
+         << "\n";
     }
     if (rows.size() > shown) os << "  ... " << rows.size() - shown << " more\n";
   }

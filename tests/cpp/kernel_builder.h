@@ -53,7 +53,8 @@ struct Window {
 // them): the sizes, each access's window, the integer scalars' values (the
 // rest stay 0).
 inline std::vector<int64_t> launch_ints(const ir::Kernel& k, const std::vector<int64_t>& sizes,
-                                        const std::vector<Window>& windows, const std::vector<int64_t>& int_scalars = {}) {
+                                        const std::vector<Window>& windows,
+                                        const std::vector<int64_t>& int_scalars = {}) {
   if (sizes.size() != static_cast<size_t>(k.rank) || windows.size() != k.accesses.size() ||
       int_scalars.size() > k.scalars.size()) {
     throw std::invalid_argument("launch_ints: the arguments do not fit the kernel");

@@ -21,8 +21,8 @@ inline ::testing::AssertionResult has_kernels(const fusion::Plan& plan, const tr
   if (regions == SIZE_MAX) regions = kernels;
   if (plan.kernels.size() == kernels && plan.regions.size() == regions) return ::testing::AssertionSuccess();
   std::ostringstream os;
-  os << "expected " << kernels << " kernels in " << regions << " regions, got " << plan.kernels.size()
-     << " kernels in " << plan.regions.size() << " regions:";
+  os << "expected " << kernels << " kernels in " << regions << " regions, got " << plan.kernels.size() << " kernels in "
+     << plan.regions.size() << " regions:";
   for (size_t r = 0; r < plan.regions.size(); ++r) {
     const fusion::Region& region = plan.regions[r];
     bool has_kernel = false;

@@ -259,8 +259,8 @@ TEST(Codegen, OwnMathFunctionsHandleTheEdges) {
   // exp: overflow, underflow to subnormals and zero; sin/cos/tanh: infinities,
   // NaN, subnormals; tanh on both sides of where it saturates, and huge x.
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
-  std::vector<float> xs = {-200.f, -103.5f, -100.f, -87.5f, 0.f, 88.5f, 88.8f, 200.f, inf, -inf, nan, 1e6f, -3e7f, 1e-30f,
-                           1e-40f, -1e-40f, 7.9f, -7.9f, 9.5f, 3e14f, -3e14f};
+  std::vector<float> xs = {-200.f, -103.5f, -100.f, -87.5f, 0.f,     88.5f, 88.8f, 200.f, inf,   -inf,  nan,
+                           1e6f,   -3e7f,   1e-30f, 1e-40f, -1e-40f, 7.9f,  -7.9f, 9.5f,  3e14f, -3e14f};
   for (Op op : {Op::Exp, Op::Sin, Op::Cos, Op::Tanh}) {
     test::KernelBuilder b(1);
     int x = b.access(DType::Float32, ir::Inner::Contiguous);
@@ -270,7 +270,10 @@ TEST(Codegen, OwnMathFunctionsHandleTheEdges) {
     std::vector<float> outs(xs.size());
     run({xs.data(), outs.data()}, test::dense_ints(b.k, {int64_t(xs.size())}), {}, 0, int64_t(xs.size()));
     for (size_t i = 0; i < xs.size(); ++i) {
-      float want = op == Op::Exp ? std::exp(xs[i]) : op == Op::Sin ? std::sin(xs[i]) : op == Op::Cos ? std::cos(xs[i]) : std::tanh(xs[i]);
+      float want = op == Op::Exp   ? std::exp(xs[i])
+                   : op == Op::Sin ? std::sin(xs[i])
+                   : op == Op::Cos ? std::cos(xs[i])
+                                   : std::tanh(xs[i]);
       if (std::isnan(want)) {
         EXPECT_TRUE(std::isnan(outs[i])) << ir::op_name(op) << " at " << xs[i];
       } else if (std::isinf(want)) {
@@ -293,8 +296,8 @@ std::vector<float> run_unary(Op op, std::vector<float> xs, bool in_place = false
   Compiled run(b.k, options);
   std::vector<float> outs(xs.size());
   const int64_t n = static_cast<int64_t>(xs.size());
-  run(in_place ? std::vector<void*>{xs.data()} : std::vector<void*>{xs.data(), outs.data()}, test::dense_ints(b.k, {n}), {},
-      0, n);
+  run(in_place ? std::vector<void*>{xs.data()} : std::vector<void*>{xs.data(), outs.data()}, test::dense_ints(b.k, {n}),
+      {}, 0, n);
   return in_place ? xs : outs;
 }
 
@@ -327,7 +330,8 @@ TEST(Codegen, FloatSinCosReductionIsAccurateUpToItsLimit) {
 TEST(Codegen, SinCosBeyondTheFloatLimitFallsBackExactly) {
   std::vector<float> xs;
   for (int i = 0; i < 300; ++i) xs.push_back(0.37f * i - 50.f);
-  for (int j = 0; j < 12; ++j) xs[20 * j + 7] = (j % 2 ? -1.f : 1.f) * (65537.f + 99991.f * j * j * j);  // every quadrant
+  for (int j = 0; j < 12; ++j)
+    xs[20 * j + 7] = (j % 2 ? -1.f : 1.f) * (65537.f + 99991.f * j * j * j);  // every quadrant
   for (Op op : {Op::Sin, Op::Cos}) {
     expect_libm_sincos(op, xs, run_unary(op, xs, false), "rerun");
     expect_libm_sincos(op, xs, run_unary(op, xs, true), "in place");
@@ -344,8 +348,9 @@ TEST(Codegen, SinCosBeyondTheFloatLimitFallsBackExactly) {
 // float. (In-place kernels, which cannot rerun, reduce in double only:
 // accurate below 2^50.)
 TEST(Codegen, SinCosOfHugeFloatsReduceExactly) {
-  std::vector<float> xs = {0x1p50f, -0x1p50f, 0x1.000002p50f, 3e30f, -3e30f, 1e20f, 3.4e38f, -3.4e38f,
-                           std::ldexp(16367173.f, 72), 0.5f};  // the last but one nears a multiple of pi
+  std::vector<float> xs = {
+      0x1p50f, -0x1p50f, 0x1.000002p50f, 3e30f, -3e30f, 1e20f, 3.4e38f, -3.4e38f, std::ldexp(16367173.f, 72),
+      0.5f};  // the last but one nears a multiple of pi
   std::mt19937 rng(7);
   std::uniform_real_distribution<double> exponent(50, 127.99);
   for (int i = 0; i < 3000; ++i) xs.push_back(static_cast<float>((i % 2 ? -1 : 1) * std::exp2(exponent(rng))));
@@ -401,7 +406,11 @@ double ulps(float got, double want) {
 // against double libm on random arguments (glibc's float functions stay
 // within 2.1 ulp on the same points; OpInfo's float32 rtol is about 10 ulp).
 TEST(Codegen, OwnMathFunctionsStayWithinTheirStatedUlps) {
-  struct Bound { Op op; float lo, hi; double max_ulps; };
+  struct Bound {
+    Op op;
+    float lo, hi;
+    double max_ulps;
+  };
   for (Bound bound : {Bound{Op::Sin, -65536, 65536, 2}, Bound{Op::Cos, -65536, 65536, 2}, Bound{Op::Sin, -4, 4, 2},
                       Bound{Op::Cos, -4, 4, 2}, Bound{Op::Exp, -87, 88.5, 1.5}, Bound{Op::Tanh, -8, 8, 5},
                       Bound{Op::Tanh, -0.01f, 0.01f, 5}}) {
@@ -414,13 +423,15 @@ TEST(Codegen, OwnMathFunctionsStayWithinTheirStatedUlps) {
     float worst_at = 0;
     for (size_t i = 0; i < xs.size(); ++i) {
       const double v = xs[i];
-      const double want = bound.op == Op::Sin ? std::sin(v) : bound.op == Op::Cos ? std::cos(v)
-                        : bound.op == Op::Exp ? std::exp(v) : std::tanh(v);
+      const double want = bound.op == Op::Sin   ? std::sin(v)
+                          : bound.op == Op::Cos ? std::cos(v)
+                          : bound.op == Op::Exp ? std::exp(v)
+                                                : std::tanh(v);
       const double e = ulps(outs[i], want);
       if (e > worst) worst = e, worst_at = xs[i];
     }
-    EXPECT_LE(worst, bound.max_ulps) << ir::op_name(bound.op) << " on [" << bound.lo << ", " << bound.hi
-                                     << "] at " << worst_at;
+    EXPECT_LE(worst, bound.max_ulps) << ir::op_name(bound.op) << " on [" << bound.lo << ", " << bound.hi << "] at "
+                                     << worst_at;
   }
 }
 
@@ -440,7 +451,8 @@ TEST(Codegen, TanhIsExactlyOneWhereItSaturates) {
     b.store(out, b.node(Op::Tanh, DType::Float32, b.load(x)));
     Compiled run(b.k);
     const int64_t n = static_cast<int64_t>(xs.size());
-    for (int64_t at = 0; at < n; at += 5) run({xs.data(), scalar.data()}, test::dense_ints(b.k, {n}), {}, at, std::min(n, at + 5));
+    for (int64_t at = 0; at < n; at += 5)
+      run({xs.data(), scalar.data()}, test::dense_ints(b.k, {n}), {}, at, std::min(n, at + 5));
   }
   const std::vector<float> vector = run_unary(Op::Tanh, xs);
   bool saturated = false;
@@ -530,7 +542,8 @@ TEST(Codegen, DeepMathLoopsInterleaveEightVectors) {
   // The hint itself is consumed by the vectorizer: count the vector loads of x.
   auto vector_loads = [](const std::string& ir) {
     int n = 0;
-    for (size_t at = ir.find("load <16 x float>"); at != std::string::npos; at = ir.find("load <16 x float>", at + 1)) ++n;
+    for (size_t at = ir.find("load <16 x float>"); at != std::string::npos; at = ir.find("load <16 x float>", at + 1))
+      ++n;
     return n;
   };
   EXPECT_EQ(vector_loads(deep), 8);
@@ -547,8 +560,8 @@ TEST(Codegen, EstimatedDivisionAgreesBetweenVectorBodyAndRemainder) {
   for (size_t j = 0; j < 15; ++j) {
     const size_t tail = 128 * 8 + j;
     ASSERT_EQ(xs[tail], xs[j]);
-    EXPECT_LE(ulps(outs[tail], outs[j]), 1.0) << "tanh(" << xs[j] << "): " << outs[j] << " in the body, " << outs[tail]
-                                              << " in the remainder";
+    EXPECT_LE(ulps(outs[tail], outs[j]), 1.0)
+        << "tanh(" << xs[j] << "): " << outs[j] << " in the body, " << outs[tail] << " in the remainder";
   }
 }
 
@@ -559,7 +572,8 @@ TEST(Codegen, LibmCallsUseTheAvx512VectorVariants) {
   if (codegen::environment_fingerprint({}).find("libmvec=0") != std::string::npos) {
     GTEST_SKIP() << "no AVX-512 or no libmvec here";
   }
-  for (auto [dtype, variant] : {std::pair{DType::Float32, "_ZGVeN16v_logf"}, std::pair{DType::Float64, "_ZGVeN8v_log"}}) {
+  for (auto [dtype, variant] :
+       {std::pair{DType::Float32, "_ZGVeN16v_logf"}, std::pair{DType::Float64, "_ZGVeN8v_log"}}) {
     test::KernelBuilder b(1);
     int x = b.access(dtype, ir::Inner::Contiguous);
     int out = b.access(dtype, ir::Inner::Contiguous);
@@ -573,7 +587,8 @@ TEST(Codegen, LibmCallsUseTheAvx512VectorVariants) {
     for (int i = 0; i < n; ++i) xs[i] = xf[i] = 0.37f * (i + 1);
     if (dtype == DType::Float32) {
       run({xf.data(), of.data()}, test::dense_ints(b.k, {n}), {}, 0, n);
-      for (int i = 0; i < n; ++i) EXPECT_NEAR(of[i], std::log(double(xf[i])), 4e-7 * std::fabs(std::log(double(xf[i]))) + 1e-7);
+      for (int i = 0; i < n; ++i)
+        EXPECT_NEAR(of[i], std::log(double(xf[i])), 4e-7 * std::fabs(std::log(double(xf[i]))) + 1e-7);
     } else {
       run({xs.data(), outs.data()}, test::dense_ints(b.k, {n}), {}, 0, n);
       for (int i = 0; i < n; ++i) EXPECT_NEAR(outs[i], std::log(xs[i]), 1e-15 * std::fabs(std::log(xs[i])) + 1e-16);
@@ -602,7 +617,8 @@ template <typename T>
 struct Aligned {
   T* data;
   size_t n;
-  Aligned(size_t count, T fill) : data(static_cast<T*>(std::aligned_alloc(64, (count * sizeof(T) + 63) / 64 * 64))), n(count) {
+  Aligned(size_t count, T fill)
+      : data(static_cast<T*>(std::aligned_alloc(64, (count * sizeof(T) + 63) / 64 * 64))), n(count) {
     std::fill(data, data + n, fill);
   }
   ~Aligned() { std::free(data); }
@@ -655,7 +671,8 @@ TEST(Codegen, StreamingStoresMatchCachedStoresAtAnyAlignment) {
   Aligned<float> x2(rows * cols, 0.f), y_s(rows * cols + slack, 0.f), y_c(rows * cols + slack, 0.f);
   Aligned<uint8_t> m_s(rows * cols + slack, 0), m_c(rows * cols + slack, 0);
   for (int64_t i = 0; i < rows * cols; ++i) x2.data[i] = static_cast<float>(i % 13) - 6.f;
-  const std::vector<int64_t> ints = test::launch_ints(caching2, {rows, cols}, {{0, {cols, 1}}, {5, {cols, 1}}, {2, {cols, 1}}});
+  const std::vector<int64_t> ints =
+      test::launch_ints(caching2, {rows, cols}, {{0, {cols, 1}}, {5, {cols, 1}}, {2, {cols, 1}}});
   streamed2({x2.data, y_s.data, m_s.data}, ints, {}, 0, rows * cols);
   cached2({x2.data, y_c.data, m_c.data}, ints, {}, 0, rows * cols);
   EXPECT_TRUE(y_s == y_c);
@@ -743,5 +760,6 @@ TEST(Codegen, ObjectsDoNotDependOnWhatCompiledBefore) {
 TEST(Codegen, CompileTimeIsThreadCpuTimeBesideWallTime) {
   const codegen::CompiledObject obj = codegen::compile(parallel_math(), "kiln_gelu", {});
   EXPECT_GT(obj.compile_ms, 0);
-  EXPECT_GE(obj.compile_wall_ms, obj.compile_ms * 0.99);  // both clocks tick in steps; a thread cannot run longer than it took
+  EXPECT_GE(obj.compile_wall_ms,
+            obj.compile_ms * 0.99);  // both clocks tick in steps; a thread cannot run longer than it took
 }

@@ -32,7 +32,8 @@ trace::Trace axpb(void* x, void* y, int64_t n, double s) {
   trace::TraceOp op;
   op.name = "test::axpb";
   op.sizes = {n};
-  int32_t v = op.add_node(Op::Mul, DType::Float32, op.load(contiguous(0, n)), op.cast(op.scalar_float(s), DType::Float32));
+  int32_t v =
+      op.add_node(Op::Mul, DType::Float32, op.load(contiguous(0, n)), op.cast(op.scalar_float(s), DType::Float32));
   op.store(contiguous(1, n), op.add_node(Op::Add, DType::Float32, v, op.constant(DType::Float32, 1)));
   t.ops.push_back(std::move(op));
   return t;
@@ -123,9 +124,12 @@ TEST(Engine, OptionsFollowTheKnobs) {
   EXPECT_TRUE(d.dump_dir.empty());
   EXPECT_FALSE(d.log || d.log_enabled);  // the caller's
 
-  const engine::Options o = engine::options_for(parse_settings(std::map<std::string, std::string>{
-      {"KILN_FUSION_MAX_OPS", "3"}, {"KILN_STREAM_MIN_MB", "2"}, {"KILN_FAST_MATH", "1"},
-      {"KILN_NUM_THREADS", "5"}, {"KILN_DUMP_DIR", "/tmp/kiln dump"}}));
+  const engine::Options o =
+      engine::options_for(parse_settings(std::map<std::string, std::string>{{"KILN_FUSION_MAX_OPS", "3"},
+                                                                            {"KILN_STREAM_MIN_MB", "2"},
+                                                                            {"KILN_FAST_MATH", "1"},
+                                                                            {"KILN_NUM_THREADS", "5"},
+                                                                            {"KILN_DUMP_DIR", "/tmp/kiln dump"}}));
   EXPECT_EQ(o.fusion.max_ops, 3);
   EXPECT_EQ(o.fusion.stream_min_bytes, int64_t{2} << 20);
   EXPECT_TRUE(o.codegen.fast_math);

@@ -13,9 +13,9 @@
 #include "plan_check.h"
 
 using namespace kiln;
-using kiln::test::has_kernels;
 using ir::DType;
 using ir::Op;
+using kiln::test::has_kernels;
 using trace::View;
 
 namespace {
@@ -111,8 +111,8 @@ TEST(Fusion, GeluTanhChainIsOneKernel) {
   std::vector<int32_t> t;
   for (int i = 0; i < 8; ++i) t.push_back(tb.buffer(n));
   auto V = [&](int32_t b) { return TraceBuilder::view(b, s, s); };
-  tb.binary(Op::Mul, V(x), V(x), V(t[0]), s);                 // x^2
-  tb.binary(Op::Mul, V(t[0]), V(x), V(t[1]), s);              // x^3
+  tb.binary(Op::Mul, V(x), V(x), V(t[0]), s);     // x^2
+  tb.binary(Op::Mul, V(t[0]), V(x), V(t[1]), s);  // x^3
   tb.with_scalar(Op::Mul, V(t[1]), 0.044715, V(t[2]), s);
   tb.binary(Op::Add, V(x), V(t[2]), V(t[3]), s);
   tb.with_scalar(Op::Mul, V(t[3]), 0.7978845608, V(t[4]), s);
@@ -165,7 +165,8 @@ TEST(Fusion, SoftmaxFromItsOpsIsOneKernel) {
     double mx = -INFINITY, total = 0;
     for (int j = 0; j < 10; ++j) mx = std::max(mx, double(tb.memory[x][i * 10 + j]));
     for (int j = 0; j < 10; ++j) total += std::exp(tb.memory[x][i * 10 + j] - mx);
-    for (int j = 0; j < 10; ++j) EXPECT_NEAR(tb.memory[out][i * 10 + j], std::exp(tb.memory[x][i * 10 + j] - mx) / total, 1e-6);
+    for (int j = 0; j < 10; ++j)
+      EXPECT_NEAR(tb.memory[out][i * 10 + j], std::exp(tb.memory[x][i * 10 + j] - mx) / total, 1e-6);
   }
 }
 
@@ -212,9 +213,11 @@ TEST(Fusion, AdamWUpdateOfOneParameterIsOneKernel) {
   // denom = sqrt(v)/bc2 + eps; param.addcdiv_(m, denom, -step)
   TraceBuilder tb;
   const std::vector<int64_t> s = {1000};
-  int32_t p = tb.buffer(1000, false), g = tb.buffer(1000, false), m = tb.buffer(1000, false), v = tb.buffer(1000, false);
-  int32_t gm = tb.buffer(1000), gg = tb.buffer(1000), ggs = tb.buffer(1000), sq = tb.buffer(1000), den = tb.buffer(1000),
-          den2 = tb.buffer(1000), ratio = tb.buffer(1000), upd = tb.buffer(1000), wgm = tb.buffer(1000);
+  int32_t p = tb.buffer(1000, false), g = tb.buffer(1000, false), m = tb.buffer(1000, false),
+          v = tb.buffer(1000, false);
+  int32_t gm = tb.buffer(1000), gg = tb.buffer(1000), ggs = tb.buffer(1000), sq = tb.buffer(1000),
+          den = tb.buffer(1000), den2 = tb.buffer(1000), ratio = tb.buffer(1000), upd = tb.buffer(1000),
+          wgm = tb.buffer(1000);
   tb.memory[p] = iota(1000);
   tb.memory[g] = iota(1000, 0.001f, -0.02f);
   tb.memory[m] = iota(1000, 0.0001f, 0.f);
@@ -257,7 +260,10 @@ TEST(Fusion, AdamWUpdateOfOneParameterIsOneKernel) {
 TEST(Fusion, InterleavedUpdatesOfSeveralParametersAreOneKernelEach) {
   TraceBuilder tb;
   const std::vector<std::vector<int64_t>> shapes = {{300}, {7, 50}, {300}};
-  struct Param { int32_t p, g, m, t; std::vector<float> p0, g0, m0; };
+  struct Param {
+    int32_t p, g, m, t;
+    std::vector<float> p0, g0, m0;
+  };
   std::vector<Param> params;
   for (const auto& s : shapes) {
     const int64_t n = s.size() == 1 ? s[0] : s[0] * s[1];
@@ -269,10 +275,14 @@ TEST(Fusion, InterleavedUpdatesOfSeveralParametersAreOneKernelEach) {
     params.push_back(q);
   }
   auto V = [&](int32_t id, size_t i) { return TraceBuilder::view(id, shapes[i], shapes[i]); };
-  for (size_t i = 0; i < params.size(); ++i) tb.with_scalar(Op::Mul, V(params[i].m, i), 0.9, V(params[i].m, i), shapes[i]);
-  for (size_t i = 0; i < params.size(); ++i) tb.with_scalar(Op::Mul, V(params[i].g, i), 0.1, V(params[i].t, i), shapes[i]);
-  for (size_t i = 0; i < params.size(); ++i) tb.binary(Op::Add, V(params[i].m, i), V(params[i].t, i), V(params[i].m, i), shapes[i]);
-  for (size_t i = 0; i < params.size(); ++i) tb.binary(Op::Sub, V(params[i].p, i), V(params[i].m, i), V(params[i].p, i), shapes[i]);
+  for (size_t i = 0; i < params.size(); ++i)
+    tb.with_scalar(Op::Mul, V(params[i].m, i), 0.9, V(params[i].m, i), shapes[i]);
+  for (size_t i = 0; i < params.size(); ++i)
+    tb.with_scalar(Op::Mul, V(params[i].g, i), 0.1, V(params[i].t, i), shapes[i]);
+  for (size_t i = 0; i < params.size(); ++i)
+    tb.binary(Op::Add, V(params[i].m, i), V(params[i].t, i), V(params[i].m, i), shapes[i]);
+  for (size_t i = 0; i < params.size(); ++i)
+    tb.binary(Op::Sub, V(params[i].p, i), V(params[i].m, i), V(params[i].p, i), shapes[i]);
   for (const Param& q : params) tb.t.buffers[q.t].dead = true;
   auto plan = tb.run();
   ASSERT_TRUE(has_kernels(plan, tb.t, 3));
@@ -356,7 +366,8 @@ TEST(Fusion, ColumnBlocksOfOneBufferShareARegion) {
     v.strides[0] = 4 * H;
     return v;
   };
-  for (int64_t k = 0; k < 4; ++k) tb.with_scalar(Op::Mul, TraceBuilder::view(x, space, space), double(k + 1), block(k), space);
+  for (int64_t k = 0; k < 4; ++k)
+    tb.with_scalar(Op::Mul, TraceBuilder::view(x, space, space), double(k + 1), block(k), space);
   tb.binary(Op::Add, block(0), block(3), TraceBuilder::view(y, space, space), space);
   auto p = tb.run();
   EXPECT_TRUE(has_kernels(p, tb.t, 1));
@@ -545,7 +556,7 @@ TEST(Fusion, IndependentOpsDoNotShareAKernel) {
   tb.with_scalar(Op::Mul, V(p), 0.5, V(p), s);
   tb.with_scalar(Op::Mul, V(g), 2, V(t), s);  // shares nothing with p yet, but p reads t below
   tb.binary(Op::Add, V(p), V(t), V(p), s);
-  tb.binary(Op::Add, V(q), V(h), V(q), s);   // the next parameter: another component
+  tb.binary(Op::Add, V(q), V(h), V(q), s);  // the next parameter: another component
   tb.with_scalar(Op::Mul, V(q), 0.5, V(q), s);
   auto plan = tb.run();
   ASSERT_TRUE(has_kernels(plan, tb.t, 2));
@@ -563,7 +574,8 @@ TEST(Fusion, PlanSignatureIgnoresScalarValuesOnly) {
     trace::TraceOp op;
     op.name = "test::update";
     op.sizes = {n};
-    const int32_t scaled = op.add_node(Op::Mul, F, op.load(TraceBuilder::view(0, {n}, {n})), op.cast(op.scalar_float(lr), F));
+    const int32_t scaled =
+        op.add_node(Op::Mul, F, op.load(TraceBuilder::view(0, {n}, {n})), op.cast(op.scalar_float(lr), F));
     const int32_t shifted = op.add_node(Op::Add, F, scaled, op.cast(op.scalar_int(step), F));
     op.store(TraceBuilder::view(1, {n}, {n}), op.add_node(Op::Add, F, shifted, op.constant(F, constant)));
     op.store(TraceBuilder::view(2, {n}, {n}), scaled);

@@ -109,8 +109,8 @@ TEST(Knobs, EveryRowSetsItsField) {
   for (const auto& spec : kiln::knob_table()) {
     SCOPED_TRACE(spec.name);
     ASSERT_NE(spec.set, nullptr);
-    auto c = std::find_if(every_knob().begin(), every_knob().end(),
-                          [&](const KnobCase& k) { return k.name == spec.name; });
+    auto c =
+        std::find_if(every_knob().begin(), every_knob().end(), [&](const KnobCase& k) { return k.name == spec.name; });
     ASSERT_NE(c, every_knob().end()) << "add a case to every_knob()";
     ASSERT_NE(c->value, spec.default_value);
     Settings expected = defaults;
@@ -164,8 +164,8 @@ TEST(Knobs, ExplicitEnvironmentIgnoresTheProcessEnvironment) {
 }
 
 TEST(Knobs, InvalidDeviceCount) {
-  for (const char* v : {"abc", "0", "-1", "17", "", "2.5", " 2", "1e3", "+", "-",
-                        "9999999999999999999", "99999999999999999999"}) {
+  for (const char* v :
+       {"abc", "0", "-1", "17", "", "2.5", " 2", "1e3", "+", "-", "9999999999999999999", "99999999999999999999"}) {
     expect_knob_error("KILN_DEVICE_COUNT", v);
   }
 }
@@ -316,9 +316,12 @@ TEST(Knobs, AcceptedValuesDescriptions) {
 
 TEST(Knobs, AdaptiveEagerKnobsParse) {
   using namespace kiln;
-  Settings s = parse_settings(std::map<std::string, std::string>{
-      {"KILN_MODE", "eager"}, {"KILN_TRACE_MAX_OPS", "7"}, {"KILN_FUSION_MAX_OPS", "3"},
-      {"KILN_FAST_MATH", "1"}, {"KILN_NUM_THREADS", "5"}, {"KILN_DUMP_DIR", "/tmp/kiln dump"}});
+  Settings s = parse_settings(std::map<std::string, std::string>{{"KILN_MODE", "eager"},
+                                                                 {"KILN_TRACE_MAX_OPS", "7"},
+                                                                 {"KILN_FUSION_MAX_OPS", "3"},
+                                                                 {"KILN_FAST_MATH", "1"},
+                                                                 {"KILN_NUM_THREADS", "5"},
+                                                                 {"KILN_DUMP_DIR", "/tmp/kiln dump"}});
   EXPECT_FALSE(s.lazy);
   EXPECT_EQ(s.trace_max_ops, 7);
   EXPECT_EQ(s.fusion_max_ops, 3);

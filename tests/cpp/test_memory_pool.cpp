@@ -71,10 +71,10 @@ TEST(MemoryPool, TotalsPeaksAndTheirResetsAreSeparate) {
 
 TEST(MemoryPool, AllocationAccountingRoundsToGranularity) {
   MemoryPool pool(0, 1 << 20);
-  void* a = pool.allocate(100);       // -> 512
-  void* b = pool.allocate(kG);        // -> 512
-  void* c = pool.allocate(kG + 1);    // -> 1024
-  void* d = pool.allocate(0);         // -> 512 (zero still gets a distinct block)
+  void* a = pool.allocate(100);     // -> 512
+  void* b = pool.allocate(kG);      // -> 512
+  void* c = pool.allocate(kG + 1);  // -> 1024
+  void* d = pool.allocate(0);       // -> 512 (zero still gets a distinct block)
   ASSERT_NE(a, nullptr);
   ASSERT_NE(b, nullptr);
   ASSERT_NE(c, nullptr);

@@ -13,11 +13,11 @@ using kiln::Metrics;
 
 namespace {
 
-const Counter kAllCounters[] = {
-    Counter::Launches,        Counter::TracedOps,   Counter::LibraryKernels,  Counter::Fallbacks,
-    Counter::SyncPoints,      Counter::Errors,      Counter::BytesCopied,     Counter::TraceFlushes,
-    Counter::Regions,         Counter::KernelsCompiled, Counter::CompileTime, Counter::ExecutableCache,
-    Counter::PlanCache,       Counter::ExecutableLaunches, Counter::BytesNotWritten};
+const Counter kAllCounters[] = {Counter::Launches,        Counter::TracedOps,          Counter::LibraryKernels,
+                                Counter::Fallbacks,       Counter::SyncPoints,         Counter::Errors,
+                                Counter::BytesCopied,     Counter::TraceFlushes,       Counter::Regions,
+                                Counter::KernelsCompiled, Counter::CompileTime,        Counter::ExecutableCache,
+                                Counter::PlanCache,       Counter::ExecutableLaunches, Counter::BytesNotWritten};
 
 bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
@@ -42,10 +42,10 @@ TEST(Metrics, AddAndGet) {
 TEST(Metrics, CounterNamesAreDistinct) {
   std::vector<std::string> names;
   for (Counter c : kAllCounters) names.push_back(Metrics::counter_name(c));
-  EXPECT_EQ(names, (std::vector<std::string>{"launches", "traced_ops", "library_kernels", "fallbacks", "sync_points", "errors",
-                                              "bytes_copied", "trace_flushes", "regions", "kernels_compiled",
-                                              "compile_time", "executable_cache", "plan_cache", "executable_launches",
-                                              "bytes_not_written"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"launches", "traced_ops", "library_kernels", "fallbacks", "sync_points", "errors",
+                                      "bytes_copied", "trace_flushes", "regions", "kernels_compiled", "compile_time",
+                                      "executable_cache", "plan_cache", "executable_launches", "bytes_not_written"}));
 }
 
 TEST(Metrics, SnapshotHasEveryCounter) {

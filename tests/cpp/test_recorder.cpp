@@ -35,7 +35,8 @@ void record_axpb(trace::PendingTrace& t, void* x, void* y, int64_t n, double s) 
   trace::TraceOp op;
   op.name = "test::axpb";
   op.sizes = {n};
-  int32_t v = op.add_node(Op::Mul, DType::Float32, op.load(contiguous(bx)), op.cast(op.scalar_float(s), DType::Float32));
+  int32_t v =
+      op.add_node(Op::Mul, DType::Float32, op.load(contiguous(bx)), op.cast(op.scalar_float(s), DType::Float32));
   op.store(contiguous(by), op.add_node(Op::Add, DType::Float32, v, op.constant(DType::Float32, 1)));
   t.append(std::move(op));
 }

@@ -42,9 +42,10 @@ TEST(ThreadPool, SmallWorkRunsInline) {
 
 TEST(ThreadPool, AnExceptionReachesTheCaller) {
   ThreadPool pool(2);
-  EXPECT_THROW(pool.parallel_for(100, 10, [](int64_t b, int64_t) {
-                 if (b > 0) throw std::runtime_error("chunk failed");
-               }),
+  EXPECT_THROW(pool.parallel_for(100, 10,
+                                 [](int64_t b, int64_t) {
+                                   if (b > 0) throw std::runtime_error("chunk failed");
+                                 }),
                std::runtime_error);
   int64_t covered = 0;  // and the pool still works
   pool.parallel_for(100, 10, [&](int64_t b, int64_t e) { __atomic_add_fetch(&covered, e - b, __ATOMIC_RELAXED); });

@@ -33,7 +33,7 @@ struct KeyHash {
 Key make_key(std::string_view kernel_bytes, std::string_view fingerprint);
 
 struct Entry {
-  std::string object;                             // relocatable object bytes
+  std::string object;  // relocatable object bytes
   std::shared_ptr<runtime::Executable> executable;
   double compile_ms = 0;
 };

@@ -13,8 +13,7 @@ namespace kiln::codegen {
 // Every compiled kernel has this signature. `begin`/`end` are a range of work
 // units (elements of a pointwise kernel, rows of a row kernel), so a launch
 // can split its space over threads.
-using KernelFn = void (*)(void* const* buffers, const int64_t* ints, const double* scalars, int64_t begin,
-                          int64_t end);
+using KernelFn = void (*)(void* const* buffers, const int64_t* ints, const double* scalars, int64_t begin, int64_t end);
 
 struct Options {
   // KILN_FAST_MATH (default off, as the knob's; test Engine.OptionsFollowTheKnobs):

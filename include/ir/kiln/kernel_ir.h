@@ -34,6 +34,7 @@ bool is_reduced_float(DType t);  // float16, bfloat16: computed in float32, roun
 // reduced floats, `t` otherwise.
 DType compute_dtype(DType t);
 
+// clang-format off: one line per group of ops
 enum class Op : uint8_t {
   // leaves
   Load,         // arg: access index
@@ -55,6 +56,7 @@ enum class Op : uint8_t {
   Fma,    // in[0] * in[1] + in[2], one rounding (eager's vectorized alpha paths)
   kCount
 };
+// clang-format on
 
 const char* op_name(Op op);
 int op_arity(Op op);  // number of node inputs (leaves: 0)
@@ -105,7 +107,7 @@ struct Kernel {
   int num_buffers = 0;
   std::vector<DType> scalars;  // runtime scalar slots
   std::vector<Access> accesses;
-  std::vector<Node> nodes;     // topologically ordered
+  std::vector<Node> nodes;            // topologically ordered
   std::vector<Reduction> reductions;  // evaluated in order
   std::vector<Store> stores;
   // Write the stores with non-temporal (cache-bypassing) stores. The planner

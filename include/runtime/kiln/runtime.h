@@ -19,10 +19,10 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <exception>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -69,16 +69,16 @@ class LaunchError : public std::runtime_error {
 
 struct MemoryStats {
   // Now, and the highest since the start or the last reset_peak_stats().
-  int64_t allocated_bytes = 0;       // bytes handed out and not yet freed (rounded to kGranularity)
-  int64_t reserved_bytes = 0;        // bytes the pool holds (allocated + cached)
-  int64_t requested_bytes = 0;       // what callers asked for, of the live blocks
+  int64_t allocated_bytes = 0;  // bytes handed out and not yet freed (rounded to kGranularity)
+  int64_t reserved_bytes = 0;   // bytes the pool holds (allocated + cached)
+  int64_t requested_bytes = 0;  // what callers asked for, of the live blocks
   int64_t live_allocations = 0;
   int64_t peak_allocated_bytes = 0;
   int64_t peak_reserved_bytes = 0;
   int64_t peak_requested_bytes = 0;
   int64_t peak_live_allocations = 0;
   // Totals since the start or the last reset_accumulated_stats().
-  int64_t allocation_count = 0;      // allocations served
+  int64_t allocation_count = 0;  // allocations served
   int64_t free_count = 0;
   int64_t allocated_bytes_total = 0;
   int64_t freed_bytes_total = 0;
@@ -193,8 +193,8 @@ class LaunchQueue {
   const int device_;
   const HostWait host_wait_;
   std::mutex mu_;
-  std::condition_variable work_cv_;   // worker waits for items
-  std::condition_variable done_cv_;   // waiters wait for completion
+  std::condition_variable work_cv_;  // worker waits for items
+  std::condition_variable done_cv_;  // waiters wait for completion
   std::deque<Item> items_;
   std::atomic<uint64_t> submitted_{0};
   std::atomic<uint64_t> completed_{0};
@@ -215,8 +215,8 @@ class Event {
  public:
   bool recorded() const { return seq_ != 0; }
   int device() const { return device_; }
-  bool query() const;            // completed (true when never recorded)
-  void synchronize() const;      // wait for completion (no error delivery)
+  bool query() const;        // completed (true when never recorded)
+  void synchronize() const;  // wait for completion (no error delivery)
   // Milliseconds between two completed events.
   static double elapsed_ms(const Event& start, const Event& end);
 
@@ -309,7 +309,7 @@ class Runtime {
   // Idempotent: first call wins. Throws std::invalid_argument for a device
   // count outside 1..kMaxDevices.
   static Runtime& init(const RuntimeOptions& options);
-  static Runtime& get();                                // throws if init() was not called
+  static Runtime& get();  // throws if init() was not called
   static bool initialized();
 
   int device_count() const { return static_cast<int>(devices_.size()); }

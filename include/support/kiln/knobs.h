@@ -18,12 +18,12 @@
 namespace kiln {
 
 enum class KnobKind {
-  Integer,   // decimal integer within [min, max]
-  Boolean,   // 0 or 1
-  Choice,    // one of `choices`
-  ChoiceList,// comma-separated subset of `choices` (empty = none)
-  Text,      // a lower-case identifier
-  Path,      // a filesystem path, or empty
+  Integer,     // decimal integer within [min, max]
+  Boolean,     // 0 or 1
+  Choice,      // one of `choices`
+  ChoiceList,  // comma-separated subset of `choices` (empty = none)
+  Text,        // a lower-case identifier
+  Path,        // a filesystem path, or empty
 };
 
 struct Settings;
@@ -37,8 +37,8 @@ struct KnobSpec {
   // resolving `special` ("auto"). parse_settings applies the rows in table
   // order, so a setter may read the fields of rows above it.
   void (*set)(Settings& settings, const std::string& value);
-  int64_t min = 0;            // Integer only
-  int64_t max = 0;            // Integer only
+  int64_t min = 0;                        // Integer only
+  int64_t max = 0;                        // Integer only
   std::vector<std::string> choices = {};  // Choice / ChoiceList
   // An extra literal accepted for an Integer knob, standing for a computed default.
   const char* special = nullptr;
@@ -83,9 +83,7 @@ struct Settings {
   int64_t stream_min_mb;  // 0: never
   std::string dump_dir;   // empty: off
 
-  bool log_enabled(const std::string& channel) const {
-    return log.count(channel) != 0 || log.count("all") != 0;
-  }
+  bool log_enabled(const std::string& channel) const { return log.count(channel) != 0 || log.count("all") != 0; }
   bool operator==(const Settings&) const = default;  // tests compare whole settings
 };
 

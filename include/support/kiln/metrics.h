@@ -10,21 +10,21 @@
 namespace kiln {
 
 enum class Counter {
-  Launches,        // every launch on a device queue, by op (library kernels and copies)
-  TracedOps,       // ops recorded in lazy mode and run inside fused kernels, by op
-  LibraryKernels,  // ops run as the CPU implementation on device memory, by op
-  Fallbacks,       // ops that needed a host round trip, by op
-  SyncPoints,      // host waits for a device, by reason
-  Errors,          // failed launches and rejected ops, by op
-  BytesCopied,     // bytes copied, by direction (host_to_device, device_to_host, device_to_device)
-  TraceFlushes,    // micro-traces flushed, by reason
-  Regions,         // fused regions, by size bucket ("1 op", "2-3 ops", ...): a histogram
-  KernelsCompiled, // kernels compiled by LLVM, by kind (pointwise, row)
-  CompileTime,     // compiling thread's CPU time in microseconds: total_us, max_us; max_wall_us; warm_up_us
-  ExecutableCache, // executables a flush needed: hit (also every kernel of a reused plan), miss
-  PlanCache,       // flush plans: hit (reused for a trace of the same structure), miss
+  Launches,            // every launch on a device queue, by op (library kernels and copies)
+  TracedOps,           // ops recorded in lazy mode and run inside fused kernels, by op
+  LibraryKernels,      // ops run as the CPU implementation on device memory, by op
+  Fallbacks,           // ops that needed a host round trip, by op
+  SyncPoints,          // host waits for a device, by reason
+  Errors,              // failed launches and rejected ops, by op
+  BytesCopied,         // bytes copied, by direction (host_to_device, device_to_host, device_to_device)
+  TraceFlushes,        // micro-traces flushed, by reason
+  Regions,             // fused regions, by size bucket ("1 op", "2-3 ops", ...): a histogram
+  KernelsCompiled,     // kernels compiled by LLVM, by kind (pointwise, row)
+  CompileTime,         // compiling thread's CPU time in microseconds: total_us, max_us; max_wall_us; warm_up_us
+  ExecutableCache,     // executables a flush needed: hit (also every kernel of a reused plan), miss
+  PlanCache,           // flush plans: hit (reused for a trace of the same structure), miss
   ExecutableLaunches,  // compiled kernels launched, by kind
-  BytesNotWritten, // bytes fusion did not store (dead intermediates)
+  BytesNotWritten,     // bytes fusion did not store (dead intermediates)
 };
 
 class Metrics {

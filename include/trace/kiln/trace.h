@@ -67,8 +67,8 @@ struct TraceOp {
   InlineVector<ir::Node, 8> nodes;           // fragment; ReduceValue indexes `reductions`
   InlineVector<ir::Reduction, 1> reductions;
   struct Output {
-    View view;                    // stride 0 along reduced dims for reduced outputs
-    int32_t value = -1;           // node
+    View view;           // stride 0 along reduced dims for reduced outputs
+    int32_t value = -1;  // node
   };
   InlineVector<Output, 2> stores;
 

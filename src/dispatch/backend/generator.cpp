@@ -1,10 +1,9 @@
-#include "dispatch/backend/devices.h"
 #include "dispatch/backend/generator.h"
+#include "dispatch/backend/devices.h"
 #include "dispatch/backend/sync.h"
 
 #include <mutex>
 #include <vector>
-
 
 namespace kiln::dispatch {
 
@@ -12,7 +11,9 @@ NeuronGenerator::NeuronGenerator(c10::DeviceIndex index, uint64_t seed)
     : c10::GeneratorImpl(c10::Device(c10::kPrivateUse1, index), c10::DispatchKeySet(c10::DispatchKey::PrivateUse1)),
       host_(at::make_generator<at::CPUGeneratorImpl>(seed)) {}
 
-void NeuronGenerator::wait_for_device() const { synchronize(kiln::dispatch::device(device_.index()), "generator state"); }
+void NeuronGenerator::wait_for_device() const {
+  synchronize(kiln::dispatch::device(device_.index()), "generator state");
+}
 
 void NeuronGenerator::set_current_seed(uint64_t seed) {
   wait_for_device();

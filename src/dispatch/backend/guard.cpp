@@ -12,7 +12,6 @@
 #include "dispatch/backend/sync.h"
 #include "dispatch/backend/torch_errors.h"
 
-
 namespace kiln::dispatch {
 namespace {
 
@@ -42,8 +41,7 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     if (d.index() >= 0 && d.index() < device_count()) {
       try {
         set_current_device(d.index());
-      } catch (...) {
-      }
+      } catch (...) {}
     }
   }
 

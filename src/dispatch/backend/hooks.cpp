@@ -1,9 +1,9 @@
 // PrivateUse1HooksInterface: what ATen and autograd ask of any accelerator.
 #include <ATen/detail/PrivateUse1HooksInterface.h>
 
-#include "dispatch/backend/hooks.h"
 #include "dispatch/backend/devices.h"
 #include "dispatch/backend/generator.h"
+#include "dispatch/backend/hooks.h"
 #include "dispatch/backend/pinned_memory.h"
 #include "dispatch/backend/startup.h"
 #include "dispatch/eager/device_tensors.h"

@@ -17,7 +17,8 @@ class PinnedHostAllocator final : public at::HostAllocator {
   c10::DataPtr allocate(size_t nbytes) override {
     if (nbytes == 0) return {nullptr, nullptr, nullptr, c10::Device(c10::kCPU)};
     void* ptr = std::aligned_alloc(4096, (nbytes + 4095) / 4096 * 4096);
-    TORCH_CHECK_WITH(OutOfMemoryError, ptr != nullptr, "kiln: cannot allocate ", nbytes, " bytes of pinned host memory");
+    TORCH_CHECK_WITH(OutOfMemoryError, ptr != nullptr, "kiln: cannot allocate ", nbytes,
+                     " bytes of pinned host memory");
     {
       std::lock_guard<std::mutex> lock(mu_);
       live_.insert(ptr);

@@ -12,8 +12,7 @@ namespace {
 // A launch's error as the exception type eager raises for it (IndexError
 // for an index out of range), naming the device and the op.
 [[noreturn]] void rethrow_launch_error(const runtime::LaunchError& e) {
-  const std::string where =
-      "kiln device " + std::to_string(e.device) + ": launch of " + e.launch_name + " failed: ";
+  const std::string where = "kiln device " + std::to_string(e.device) + ": launch of " + e.launch_name + " failed: ";
   try {
     std::rethrow_exception(e.cause);
   } catch (const c10::IndexError& c) {
@@ -32,8 +31,7 @@ namespace {
     TORCH_CHECK(false, where, c.what_without_backtrace());
   } catch (const runtime::OutOfMemoryError& c) {
     TORCH_CHECK_WITH(OutOfMemoryError, false, where, c.what());
-  } catch (...) {
-  }
+  } catch (...) {}
   TORCH_CHECK(false, e.what());
 }
 }  // namespace

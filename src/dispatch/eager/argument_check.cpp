@@ -25,14 +25,11 @@ bool fits_all(From v, const DTypes& dtypes) {
     if (st == c10::kBool) continue;
     bool fits = false;
     switch (st) {
-#define FITS_CASE(T, name)                      \
-  case c10::ScalarType::name:                   \
-    fits = !c10::overflows<T, From>(v);         \
-    break;
+#define FITS_CASE(T, name) \
+  case c10::ScalarType::name: fits = !c10::overflows<T, From>(v); break;
       AT_FORALL_SCALAR_TYPES_WITH_COMPLEX(FITS_CASE)
 #undef FITS_CASE
-      default:
-        break;  // a dtype without a checked conversion: its own case
+      default: break;  // a dtype without a checked conversion: its own case
     }
     if (!fits) return false;
   }
@@ -100,9 +97,8 @@ uint64_t argument_case(uint64_t argument_shapes, const torch::jit::Stack& stack,
   return h;
 }
 
-OpInfo::Verdict check_on_zeroed_twins(const c10::OperatorHandle& op, const OpInfo& info,
-                                      const torch::jit::Stack& stack, size_t first, c10::DeviceIndex index,
-                                      const InferredShapes& shapes) {
+OpInfo::Verdict check_on_zeroed_twins(const c10::OperatorHandle& op, const OpInfo& info, const torch::jit::Stack& stack,
+                                      size_t first, c10::DeviceIndex index, const InferredShapes& shapes) {
   AliasSet twins = AliasSet::zeroed_twins();
   torch::jit::Stack args;
   args.reserve(stack.size() - first);
@@ -112,9 +108,8 @@ OpInfo::Verdict check_on_zeroed_twins(const c10::OperatorHandle& op, const OpInf
       args.emplace_back(at::detail::createCPUGenerator());  // the program's generators do not advance
       continue;
     }
-    c10::IValue twin = map_tensors(v, [&](const at::Tensor& t) {
-      return t.device().type() == c10::kPrivateUse1 ? twins.alias(t) : t;
-    });
+    c10::IValue twin = map_tensors(
+        v, [&](const at::Tensor& t) { return t.device().type() == c10::kPrivateUse1 ? twins.alias(t) : t; });
     if (twin.isDevice() && twin.toDevice().type() == c10::kPrivateUse1) twin = c10::Device(c10::kCPU);
     args.push_back(std::move(twin));
   }

@@ -28,8 +28,7 @@ uint64_t argument_case(uint64_t argument_shapes, const torch::jit::Stack& stack,
 // (same sizes, strides, offsets, dtypes and storage sharing; a throwaway
 // generator): throws what eager throws for these arguments, else returns
 // whether the results' geometry agrees with the meta kernel's.
-OpInfo::Verdict check_on_zeroed_twins(const c10::OperatorHandle& op, const OpInfo& info,
-                                      const torch::jit::Stack& stack, size_t first, c10::DeviceIndex index,
-                                      const InferredShapes& shapes);
+OpInfo::Verdict check_on_zeroed_twins(const c10::OperatorHandle& op, const OpInfo& info, const torch::jit::Stack& stack,
+                                      size_t first, c10::DeviceIndex index, const InferredShapes& shapes);
 
 }  // namespace kiln::dispatch

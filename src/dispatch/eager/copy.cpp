@@ -1,8 +1,8 @@
 // Copies between host and device and between devices (aten::_copy_from,
 // which copy_, .to() and .cpu() reach for a non-CPU device).
-#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/MemoryOverlap.h>
 #include <ATen/TensorIterator.h>
+#include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/native/Copy.h>
 #include <ATen/ops/copy_native.h>
 #include <torch/library.h>
@@ -72,8 +72,9 @@ void copy_host_to_device(const at::Tensor& src, const at::Tensor& dst) {
   // lets the caller reuse its tensor at once).
   const bool direct = is_plain(src) && src.scalar_type() == dst.scalar_type() && src.sizes() == dst.sizes();
   const at::Tensor plain_dst = is_plain(dst) ? dst : at::Tensor();
-  const at::Tensor target = plain_dst.defined() ? plain_dst : empty_device(dst.sizes(), c10::contiguous_strides(dst.sizes()),
-                                                                           dst.scalar_type(), dst.device().index());
+  const at::Tensor target = plain_dst.defined() ? plain_dst
+                                                : empty_device(dst.sizes(), c10::contiguous_strides(dst.sizes()),
+                                                               dst.scalar_type(), dst.device().index());
   with_torch_errors([&] {
     flush_trace(dev, "untraced op");  // what the program issued before this runs before it
     if (direct) {
@@ -121,8 +122,8 @@ at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blo
   // Views of the same data (two slices of one expanded tensor): eager's
   // copy_ returns before any check, as there is nothing to move.
   if (dst.is_alias_of(self) && dst.storage_offset() == self.storage_offset() && dst.sizes() == self.sizes() &&
-      dst.strides() == self.strides() && dst.scalar_type() == self.scalar_type() &&
-      dst.is_conj() == self.is_conj() && dst.is_neg() == self.is_neg()) {
+      dst.strides() == self.strides() && dst.scalar_type() == self.scalar_type() && dst.is_conj() == self.is_conj() &&
+      dst.is_neg() == self.is_neg()) {
     return dst;
   }
   check_copy_arguments(self, dst);  // empty tensors too: eager checks before it sees there is nothing to copy

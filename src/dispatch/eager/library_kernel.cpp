@@ -26,7 +26,6 @@
 #include <mutex>
 #include <unordered_set>
 
-#include "dispatch/eager/library_kernel.h"
 #include "dispatch/backend/devices.h"
 #include "dispatch/backend/generator.h"
 #include "dispatch/backend/startup.h"
@@ -34,6 +33,7 @@
 #include "dispatch/backend/torch_errors.h"
 #include "dispatch/eager/argument_check.h"
 #include "dispatch/eager/device_tensors.h"
+#include "dispatch/eager/library_kernel.h"
 #include "dispatch/eager/op_info.h"
 #include "dispatch/eager/shape_inference.h"
 #include "dispatch/eager/tensor_alias.h"
@@ -83,9 +83,8 @@ c10::DeviceIndex resolve_device(const OpInfo& info, torch::jit::Stack& stack, si
   // CPU index tensors (x[cpu_idx]) are copied to the device, as CUDA does.
   for (size_t i = first; i < stack.size(); ++i) {
     if (stack[i].isList() && !stack[i].isTensorList()) {
-      stack[i] = map_tensors(stack[i], [&](const at::Tensor& t) {
-        return t.is_cpu() ? t.to(c10::Device(c10::kPrivateUse1, index)) : t;
-      });
+      stack[i] = map_tensors(
+          stack[i], [&](const at::Tensor& t) { return t.is_cpu() ? t.to(c10::Device(c10::kPrivateUse1, index)) : t; });
     }
   }
   return index;
@@ -141,8 +140,7 @@ void warn_or_fail_fallback(const OpInfo& info) {
       }
       break;
     }
-    case FallbackPolicy::Silent:
-      break;
+    case FallbackPolicy::Silent: break;
   }
 }
 
@@ -296,7 +294,9 @@ Outputs make_outputs(Call& call, const InferredShapes& shapes) {
   for (size_t j = 0; j < shapes.returns.size(); ++j) {
     int a = call.info.return_alias_arg[j];
     if (a >= 0) outs.push_back(call.stack[call.first + a]);
-    else outs.push_back(map_tensors(shapes.returns[j], [&](const at::Tensor& m) { return empty_like_meta(m, call.index()); }));
+    else
+      outs.push_back(
+          map_tensors(shapes.returns[j], [&](const at::Tensor& m) { return empty_like_meta(m, call.index()); }));
   }
   return outs;
 }
@@ -307,12 +307,13 @@ void launch_library_kernel(Call& call, Outputs&& outputs) {
   const OpInfo& info = call.info;
   Metrics::global().add(Counter::LibraryKernels, info.name);
   AliasSet aliases(c10::DispatchKey::CPU);
-  std::vector<c10::IValue> args = host_arguments(info, call.stack, call.first, aliases, call.index(), /*snapshot_cpu=*/true);
+  std::vector<c10::IValue> args =
+      host_arguments(info, call.stack, call.first, aliases, call.index(), /*snapshot_cpu=*/true);
   std::vector<c10::IValue> fresh;  // aliases of fresh outputs, by return position (None if aliased)
   for (size_t j = 0; j < outputs.size(); ++j) {
-    fresh.push_back(info.return_alias_arg[j] >= 0
-                        ? c10::IValue()
-                        : map_tensors(outputs[j], [&](const at::Tensor& t) { return aliases.alias(t); }));
+    fresh.push_back(info.return_alias_arg[j] >= 0 ? c10::IValue() : map_tensors(outputs[j], [&](const at::Tensor& t) {
+      return aliases.alias(t);
+    }));
   }
   // The out= overload writes straight into the outputs; it cannot take an
   // undefined output (a gradient the caller did not ask for), and is only
@@ -364,7 +365,6 @@ void launch_library_kernel(Call& call, Outputs&& outputs) {
   call.set_results(std::move(outputs));
 }
 
-
 // An op with a lowering, in lazy mode. The first call of each argument case
 // checks the arguments as eager does, at the op (argument_check.h): its inputs
 // may not be computed yet, so on zero-filled twins, without a sync. Recorded
@@ -378,8 +378,8 @@ void run_traced(Call& call) {
   if (verdict == OpInfo::Verdict::Unknown) {
     // Arguments the shape key cannot describe are checked at every call.
     const bool exact = shapes->argument_shapes != 0;
-    const uint64_t signature =
-        argument_case(exact ? shapes->argument_shapes : argument_signature(call.stack, call.first), call.stack, call.first);
+    const uint64_t signature = argument_case(
+        exact ? shapes->argument_shapes : argument_signature(call.stack, call.first), call.stack, call.first);
     if (exact) verdict = info.verdict(signature);
     if (verdict == OpInfo::Verdict::Unknown) {
       verdict = check_on_zeroed_twins(call.op, info, call.stack, call.first, call.index(), *shapes);
@@ -415,15 +415,13 @@ void run_async(Call& call) {
   uint64_t signature = 0;
   if (verdict == OpInfo::Verdict::Unknown) {
     const bool exact = shapes->argument_shapes != 0;
-    signature =
-        argument_case(exact ? shapes->argument_shapes : argument_signature(call.stack, call.first), call.stack, call.first);
+    signature = argument_case(exact ? shapes->argument_shapes : argument_signature(call.stack, call.first), call.stack,
+                              call.first);
     verdict = info.verdict(signature);
     if (verdict != OpInfo::Verdict::Unknown) shapes->verdict.store(static_cast<int>(verdict));
   }
   switch (verdict) {
-    case OpInfo::Verdict::Disagrees:
-      run_on_host(call, "meta kernel disagrees with CPU");
-      return;
+    case OpInfo::Verdict::Disagrees: run_on_host(call, "meta kernel disagrees with CPU"); return;
     case OpInfo::Verdict::Unknown: {
       run_on_host(call, kFirstCall);
       const std::vector<c10::IValue>& meta = shapes->returns;
@@ -433,9 +431,7 @@ void run_async(Call& call) {
       if (!agrees) log("dispatch", info.name + ": meta kernel disagrees with the CPU kernel; runs on the host");
       return;
     }
-    case OpInfo::Verdict::Agrees:
-      launch_library_kernel(call, make_outputs(call, *shapes));
-      return;
+    case OpInfo::Verdict::Agrees: launch_library_kernel(call, make_outputs(call, *shapes)); return;
   }
 }
 
@@ -446,17 +442,13 @@ void neuron_library_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet, t
     runtime::Device& dev = device(resolve_device(info, *stack, first));  // validates the index (and fork state)
     Call call{op, info, *stack, first, dev};
     switch (info.path) {
-      case Path::View:
-        run_view(call);
-        break;
+      case Path::View: run_view(call); break;
       case Path::Async:
         // The mode is read once per call: the whole call takes one path.
         if (info.lowering != nullptr && trace::lazy_mode()) run_traced(call);
         else run_async(call);
         break;
-      case Path::Host:
-        run_on_host(call, info.host_reason);
-        break;
+      case Path::Host: run_on_host(call, info.host_reason); break;
     }
   });
 }
@@ -471,8 +463,8 @@ void route_composite_ops_to_library_kernel() {
   // device they run whole, as their CPU kernel, like every other op.
   static std::once_flag once;
   std::call_once(once, [] {
-    static auto* lib = new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1,
-                                          __FILE__, __LINE__);
+    static auto* lib =
+        new torch::Library(torch::Library::IMPL, "aten", c10::DispatchKey::PrivateUse1, __FILE__, __LINE__);
     auto& dispatcher = c10::Dispatcher::singleton();
     for (const c10::OperatorName& name : dispatcher.getAllOpNames()) {
       if (name.name.rfind("aten::", 0) != 0) continue;

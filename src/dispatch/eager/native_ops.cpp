@@ -4,12 +4,12 @@
 // data may be swapped for a device tensor's.
 #include <ATen/EmptyTensor.h>
 #include <ATen/native/Resize.h>
+#include <ATen/ops/_local_scalar_dense_native.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_cpu_dispatch.h>
 #include <ATen/ops/set_cpu_dispatch.h>
 #include <ATen/ops/set_native.h>
 #include <ATen/ops/view_native.h>
-#include <ATen/ops/_local_scalar_dense_native.h>
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
@@ -55,8 +55,8 @@ namespace {
 void check_factory_options(std::optional<c10::Layout> layout, std::optional<bool> pin_memory) {
   TORCH_CHECK(c10::layout_or_default(layout) == c10::Layout::Strided, settings().device_name,
               " supports only strided tensors, got layout ", c10::layout_or_default(layout));
-  TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory), "Only CPU tensors can be pinned; ",
-              settings().device_name, " tensors live in device memory");
+  TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory), "Only CPU tensors can be pinned; ", settings().device_name,
+              " tensors live in device memory");
 }
 
 c10::DeviceIndex factory_index(std::optional<c10::Device> device_opt) {
@@ -72,8 +72,8 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarT
   check_factory_options(layout, pin_memory);
   c10::DeviceGuard guard(c10::Device(c10::kPrivateUse1, factory_index(device_opt)));
   return at::detail::empty_generic(size, c10::GetAllocator(c10::kPrivateUse1),
-                                   c10::DispatchKeySet(c10::DispatchKey::PrivateUse1),
-                                   c10::dtype_or_default(dtype), memory_format);
+                                   c10::DispatchKeySet(c10::DispatchKey::PrivateUse1), c10::dtype_or_default(dtype),
+                                   memory_format);
 }
 
 at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<c10::ScalarType> dtype,
@@ -104,8 +104,8 @@ const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size_sym,
   if (memory_format.has_value() && *memory_format != c10::MemoryFormat::Preserve) {
     impl->empty_tensor_restride(*memory_format);
   }
-  const size_t needed = (self.numel() == 0 ? 0 : static_cast<size_t>(self.storage_offset() + self.numel())) *
-                        self.element_size();
+  const size_t needed =
+      (self.numel() == 0 ? 0 : static_cast<size_t>(self.storage_offset() + self.numel())) * self.element_size();
   if (needed > self.storage().nbytes()) resize_device_storage(self.storage(), needed);
   return self;
 }
@@ -114,9 +114,7 @@ at::Tensor& set_source_tensor(at::Tensor& self, const at::Tensor& source) {
   return at::native::set_tensor_(self, source);
 }
 
-at::Tensor& set_source_storage(at::Tensor& self, c10::Storage source) {
-  return at::native::set_(self, source);
-}
+at::Tensor& set_source_storage(at::Tensor& self, c10::Storage source) { return at::native::set_(self, source); }
 
 at::Tensor& set_source_storage_offset(at::Tensor& self, c10::Storage source, c10::SymInt offset,
                                       c10::SymIntArrayRef size, c10::SymIntArrayRef stride) {

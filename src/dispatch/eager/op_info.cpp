@@ -13,10 +13,20 @@ namespace {
 // Ops whose output shape depends on input values. They have no meta kernel
 // (there is no shape to infer), yet are ordinary device work, not fallbacks.
 const std::unordered_set<std::string> kDataDependentOps = {
-    "aten::nonzero", "aten::masked_select", "aten::unique_dim", "aten::_unique", "aten::_unique2",
-    "aten::unique_consecutive", "aten::unique_dim_consecutive", "aten::repeat_interleave",
-    "aten::_ctc_loss", "aten::bincount", "aten::histogram", "aten::_histogramdd_bin_edges",
-    "aten::_histogramdd_from_bin_cts", "aten::_histogramdd_from_bin_tensors",
+    "aten::nonzero",
+    "aten::masked_select",
+    "aten::unique_dim",
+    "aten::_unique",
+    "aten::_unique2",
+    "aten::unique_consecutive",
+    "aten::unique_dim_consecutive",
+    "aten::repeat_interleave",
+    "aten::_ctc_loss",
+    "aten::bincount",
+    "aten::histogram",
+    "aten::_histogramdd_bin_edges",
+    "aten::_histogramdd_from_bin_cts",
+    "aten::_histogramdd_from_bin_tensors",
 };
 
 }  // namespace
@@ -27,8 +37,13 @@ uint64_t argument_signature(const torch::jit::Stack& stack, size_t first) {
   auto mix = [&](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
   for (size_t i = first; i < stack.size(); ++i) {
     const c10::IValue& v = stack[i];
-    mix(v.isTensor() ? 1 : v.isDouble() ? 2 : v.isInt() ? 3 : v.isBool() ? 4 + v.toBool() : v.isComplexDouble() ? 6
-        : v.isNone() ? 7 : 8);
+    mix(v.isTensor()          ? 1
+        : v.isDouble()        ? 2
+        : v.isInt()           ? 3
+        : v.isBool()          ? 4 + v.toBool()
+        : v.isComplexDouble() ? 6
+        : v.isNone()          ? 7
+                              : 8);
     for_each_tensor(v, [&](const at::Tensor& t) {
       mix(static_cast<uint64_t>(t.scalar_type()) + 64 * static_cast<uint64_t>(t.dim()) +
           4096 * static_cast<uint64_t>(t.is_cpu()));
@@ -87,8 +102,8 @@ std::optional<c10::OperatorHandle> find_out_variant(const c10::FunctionSchema& s
     if (r.type()->kind() != c10::TypeKind::TensorType || r.alias_info()) return std::nullopt;
   }
   const std::string& overload = schema.overload_name();
-  std::vector<std::string> candidates = overload.empty() ? std::vector<std::string>{"out"}
-                                                         : std::vector<std::string>{overload + "_out", "out"};
+  std::vector<std::string> candidates =
+      overload.empty() ? std::vector<std::string>{"out"} : std::vector<std::string>{overload + "_out", "out"};
   for (const auto& cand : candidates) {
     auto handle = c10::Dispatcher::singleton().findOp({schema.name(), cand});
     if (!handle) continue;
@@ -132,9 +147,9 @@ std::unique_ptr<OpInfo> make_op_info(const c10::OperatorHandle& op) {
     }
     info.return_alias_arg.push_back(alias_arg);
     auto kind = r.type()->kind();
-    bool tensorish = kind == c10::TypeKind::TensorType ||
-                     (kind == c10::TypeKind::ListType &&
-                      r.type()->containedType(0)->kind() == c10::TypeKind::TensorType);
+    bool tensorish =
+        kind == c10::TypeKind::TensorType ||
+        (kind == c10::TypeKind::ListType && r.type()->containedType(0)->kind() == c10::TypeKind::TensorType);
     if (!tensorish) any_host_value = true;
   }
   const bool has_meta = op.hasKernelForDispatchKey(c10::DispatchKey::Meta);

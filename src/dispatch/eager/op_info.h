@@ -25,16 +25,16 @@ enum class Path { View, Async, Host };
 
 // What the dispatcher learns once about an operator from its schema.
 struct OpInfo {
-  std::string name;                      // "aten::add.Tensor"
-  const char* trace_name = "";           // the same, interned: what its trace ops point at
+  std::string name;             // "aten::add.Tensor"
+  const char* trace_name = "";  // the same, interned: what its trace ops point at
   Path path = Path::Async;
-  bool is_fallback = false;              // no meta kernel: runs on the host
-  const char* host_reason = "";          // Path::Host: the sync point's reason
-  std::vector<int> return_alias_arg;     // per return: argument it aliases, or -1 (fresh)
-  std::vector<bool> mutable_arg;         // per argument
-  std::vector<bool> generator_arg;       // per argument
+  bool is_fallback = false;                        // no meta kernel: runs on the host
+  const char* host_reason = "";                    // Path::Host: the sync point's reason
+  std::vector<int> return_alias_arg;               // per return: argument it aliases, or -1 (fresh)
+  std::vector<bool> mutable_arg;                   // per argument
+  std::vector<bool> generator_arg;                 // per argument
   std::optional<c10::OperatorHandle> out_variant;  // writes fresh outputs in place
-  LoweringFn lowering = nullptr;         // lazy mode: how the op is traced (null: not traceable)
+  LoweringFn lowering = nullptr;                   // lazy mode: how the op is traced (null: not traceable)
   // Some CPU out= kernels resize their output on the way (mse_loss computes
   // the unreduced loss in it first), which exact-size device outputs cannot
   // take. Set the first time that happens; the op then runs functionally.

@@ -32,8 +32,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> fused_lstm_cell(const at::Tensor&
   TORCH_CHECK(input_gates.dim() == 2 && input_gates.sizes() == hidden_gates.sizes(),
               "_thnn_fused_lstm_cell: input_gates and hidden_gates must be [batch, 4 * hidden] and of one shape, got ",
               input_gates.sizes(), " and ", hidden_gates.sizes());
-  TORCH_CHECK(defined(input_bias) == defined(hidden_bias),
-              "_thnn_fused_lstm_cell: give both biases or neither");
+  TORCH_CHECK(defined(input_bias) == defined(hidden_bias), "_thnn_fused_lstm_cell: give both biases or neither");
   const int64_t h = input_gates.size(1) / 4;
   TORCH_CHECK(input_gates.size(1) == 4 * h && cx.dim() == 2 && cx.size(0) == input_gates.size(0) && cx.size(1) == h,
               "_thnn_fused_lstm_cell: cx must be [batch, hidden] = [", input_gates.size(0), ", ", h, "], got ",

@@ -30,8 +30,24 @@ void ShapeCache::insert(std::vector<int64_t> key, uint64_t hash, std::shared_ptr
 
 namespace {
 
-enum Tag : int64_t { kTensor = 1, kUndefined, kInt, kDouble, kBool, kNone, kString, kIntList, kDoubleList, kBoolList,
-                     kTensorList, kDevice, kGenerator, kComplex, kSymInt, kAlias };
+enum Tag : int64_t {
+  kTensor = 1,
+  kUndefined,
+  kInt,
+  kDouble,
+  kBool,
+  kNone,
+  kString,
+  kIntList,
+  kDoubleList,
+  kBoolList,
+  kTensorList,
+  kDevice,
+  kGenerator,
+  kComplex,
+  kSymInt,
+  kAlias
+};
 
 void add_tensor(ShapeKey& key, const at::Tensor& t, bool written = false) {
   if (!t.defined()) {
@@ -142,14 +158,13 @@ void add_storage_sharing(ShapeKey& key, const torch::jit::Stack& stack, size_t f
 }
 
 std::shared_ptr<InferredShapes> run_meta(const c10::OperatorHandle& op, const std::vector<bool>& mutable_arg,
-                                               const torch::jit::Stack& stack, size_t first) {
+                                         const torch::jit::Stack& stack, size_t first) {
   AliasSet metas(c10::DispatchKey::Meta);
   std::vector<c10::IValue> meta_args;
   meta_args.reserve(stack.size() - first);
   for (size_t i = first; i < stack.size(); ++i) {
-    c10::IValue mapped = map_tensors(stack[i], [&](const at::Tensor& t) {
-      return t.device().type() == c10::kPrivateUse1 ? metas.alias(t) : t;
-    });
+    c10::IValue mapped = map_tensors(
+        stack[i], [&](const at::Tensor& t) { return t.device().type() == c10::kPrivateUse1 ? metas.alias(t) : t; });
     if (mapped.isDevice() && mapped.toDevice().type() == c10::kPrivateUse1) mapped = c10::Device(c10::kMeta);
     meta_args.push_back(std::move(mapped));
   }
@@ -174,10 +189,8 @@ std::shared_ptr<InferredShapes> run_meta(const c10::OperatorHandle& op, const st
 
 }  // namespace
 
-std::shared_ptr<const InferredShapes> infer_shapes(const c10::OperatorHandle& op,
-                                                   const std::vector<bool>& mutable_arg,
-                                                   const torch::jit::Stack& stack, size_t first,
-                                                   ShapeCache& cache) {
+std::shared_ptr<const InferredShapes> infer_shapes(const c10::OperatorHandle& op, const std::vector<bool>& mutable_arg,
+                                                   const torch::jit::Stack& stack, size_t first, ShapeCache& cache) {
   ShapeKey key, floats;
   bool cacheable = true;
   for (size_t i = first; i < stack.size() && cacheable; ++i) {

@@ -36,8 +36,8 @@ struct Geometry {
 };
 
 struct InferredShapes {
-  std::vector<c10::IValue> returns;             // meta tensors (or lists) per return
-  std::vector<std::optional<Geometry>> written; // per argument: geometry after the op, if it writes it
+  std::vector<c10::IValue> returns;              // meta tensors (or lists) per return
+  std::vector<std::optional<Geometry>> written;  // per argument: geometry after the op, if it writes it
   // What the key says of the arguments but their floating-point values:
   // their dtypes, sizes, strides, flags and integer values, and which share
   // storage (0: not cacheable). With the scalars that do not fit, the unit
@@ -69,9 +69,7 @@ class ShapeCache {
 // Runs (or recalls) the op's meta kernel on meta twins of the arguments
 // stack[first..]. Throws what the meta kernel throws (data-dependent output,
 // bad arguments).
-std::shared_ptr<const InferredShapes> infer_shapes(const c10::OperatorHandle& op,
-                                                   const std::vector<bool>& mutable_arg,
-                                                   const torch::jit::Stack& stack, size_t first,
-                                                   ShapeCache& cache);
+std::shared_ptr<const InferredShapes> infer_shapes(const c10::OperatorHandle& op, const std::vector<bool>& mutable_arg,
+                                                   const torch::jit::Stack& stack, size_t first, ShapeCache& cache);
 
 }  // namespace kiln::dispatch

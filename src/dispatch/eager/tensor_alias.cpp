@@ -38,9 +38,9 @@ at::Tensor AliasSet::alias_of(const at::Tensor& t) {
     void* data = std::calloc(std::max<size_t>(nbytes, 1), 1);
     TORCH_CHECK_WITH(OutOfMemoryError, data != nullptr, "kiln: out of host memory for the ", nbytes,
                      "-byte zero-filled twin of an argument (eager's argument checks of a traced op)");
-    alias_storage = c10::Storage(c10::Storage::use_byte_size_t(), nbytes,
-                                 c10::DataPtr(data, data, &std::free, c10::Device(c10::kCPU)),
-                                 c10::GetAllocator(c10::kCPU), true);
+    alias_storage =
+        c10::Storage(c10::Storage::use_byte_size_t(), nbytes,
+                     c10::DataPtr(data, data, &std::free, c10::Device(c10::kCPU)), c10::GetAllocator(c10::kCPU), true);
   } else if (key_ == c10::DispatchKey::Meta) {
     alias_storage = c10::Storage(c10::Storage::use_byte_size_t(), nbytes,
                                  c10::DataPtr(nullptr, c10::Device(c10::kMeta)), c10::GetAllocator(c10::kMeta), true);
@@ -104,9 +104,11 @@ void for_each_tensor(const c10::IValue& v, const std::function<void(const at::Te
   if (v.isTensor()) {
     if (v.toTensor().defined()) fn(v.toTensor());
   } else if (v.isTensorList()) {
-    for (const at::Tensor& t : v.toTensorList()) if (t.defined()) fn(t);
+    for (const at::Tensor& t : v.toTensorList())
+      if (t.defined()) fn(t);
   } else if (is_optional_tensor_list(v)) {
-    for (const c10::IValue& e : v.toListRef()) if (e.isTensor() && e.toTensor().defined()) fn(e.toTensor());
+    for (const c10::IValue& e : v.toListRef())
+      if (e.isTensor() && e.toTensor().defined()) fn(e.toTensor());
   }
 }
 

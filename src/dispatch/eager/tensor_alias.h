@@ -21,8 +21,7 @@ class AliasSet {
   // key: DispatchKey::CPU (aliases over device memory) or DispatchKey::Meta
   // (no data: shape inference). `resizable_cpu` lets CPU kernels resize an
   // alias (they then get fresh host memory, which the caller copies back).
-  explicit AliasSet(c10::DispatchKey key, bool resizable_cpu = false)
-      : key_(key), resizable_cpu_(resizable_cpu) {}
+  explicit AliasSet(c10::DispatchKey key, bool resizable_cpu = false) : key_(key), resizable_cpu_(resizable_cpu) {}
   // CPU tensors over zero-filled host memory instead of the device's (same
   // sizes, strides, offsets and storage sharing): what a CPU kernel needs
   // to check its arguments without their data (argument_check.h).

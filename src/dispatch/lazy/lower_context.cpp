@@ -32,8 +32,8 @@ ir::DType LowerCtx::dtype(at::ScalarType t) {
 
 ir::DType LowerCtx::opmath(at::ScalarType t) { return ir::compute_dtype(dtype(t)); }
 
-LowerCtx::LowerCtx(const char* name, const torch::jit::Stack& stack, size_t first,
-                   c10::ArrayRef<c10::IValue> outputs, c10::ArrayRef<bool> fresh)
+LowerCtx::LowerCtx(const char* name, const torch::jit::Stack& stack, size_t first, c10::ArrayRef<c10::IValue> outputs,
+                   c10::ArrayRef<bool> fresh)
     : name_(name), stack_(stack), first_(first), outputs_(outputs), fresh_outputs_(fresh) {
   op_.name = name;
 }

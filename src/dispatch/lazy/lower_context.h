@@ -33,10 +33,10 @@ class LowerCtx {
   size_t num_args() const { return stack_.size() - first_; }
   const c10::IValue& arg(size_t i) const { return stack_[first_ + i]; }
   bool present(size_t i) const { return i < num_args() && !arg(i).isNone(); }
-  const at::Tensor& tensor(size_t i) const;   // a device tensor argument
-  const at::Tensor& out(size_t j) const;      // output j (fresh, or the tensor written in place / out=)
+  const at::Tensor& tensor(size_t i) const;  // a device tensor argument
+  const at::Tensor& out(size_t j) const;     // output j (fresh, or the tensor written in place / out=)
   size_t num_outputs() const { return outputs_.size(); }
-  double scalar_value(size_t i) const;        // a Python number or CPU 0-dim tensor argument, now
+  double scalar_value(size_t i) const;  // a Python number or CPU 0-dim tensor argument, now
   // The dtype TensorIterator computes in for these arguments (wrapped numbers
   // do not promote a tensor's category), and its opmath type.
   at::ScalarType common_dtype(std::initializer_list<size_t> args) const;

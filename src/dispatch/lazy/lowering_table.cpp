@@ -33,7 +33,8 @@ DType compute_of(LowerCtx& c, std::initializer_list<size_t> args) { return Lower
 struct Common {
   at::ScalarType dtype;
   DType compute;
-  Common(LowerCtx& c, std::initializer_list<size_t> args) : dtype(c.common_dtype(args)), compute(LowerCtx::opmath(dtype)) {}
+  Common(LowerCtx& c, std::initializer_list<size_t> args)
+      : dtype(c.common_dtype(args)), compute(LowerCtx::opmath(dtype)) {}
 };
 
 // float16/bfloat16 results of these ops are left to the library kernel: for
@@ -205,7 +206,8 @@ void clamp_one(LowerCtx& c, bool is_min) {
     return;
   }
   const bool tensor_bound = c.arg(1).isTensor() && c.arg(1).toTensor().is_privateuseone();
-  Op op = is_min ? (tensor_bound ? Op::MaxEitherNaN : Op::MaxFirstNaN) : (tensor_bound ? Op::MinEitherNaN : Op::MinFirstNaN);
+  Op op = is_min ? (tensor_bound ? Op::MaxEitherNaN : Op::MaxFirstNaN)
+                 : (tensor_bound ? Op::MinEitherNaN : Op::MinFirstNaN);
   c.store(0, c.n(op, k.compute, c.operand(0, k.dtype), c.operand(1, k.dtype)));
 }
 
@@ -334,7 +336,8 @@ void gelu_backward(LowerCtx& c) {
     int32_t right = c.n(Op::Add, t, one, th);
     int32_t left_d = c.n(Op::Mul, t, half, right);
     int32_t tanh_d = c.n(Op::Sub, t, one, c.n(Op::Mul, t, th, th));
-    int32_t inner_d = c.n(Op::Mul, t, c.c(kGeluBeta, t), c.n(Op::Add, t, one, c.n(Op::Mul, t, c.c(3 * kGeluKappa, t), x_sq)));
+    int32_t inner_d =
+        c.n(Op::Mul, t, c.c(kGeluBeta, t), c.n(Op::Add, t, one, c.n(Op::Mul, t, c.c(3 * kGeluKappa, t), x_sq)));
     int32_t right_d = c.n(Op::Mul, t, c.n(Op::Mul, t, left, tanh_d), inner_d);
     grad_in = c.n(Op::Mul, t, g, c.n(Op::Add, t, left_d, right_d));
   } else {
@@ -588,11 +591,16 @@ const std::unordered_map<std::string, Lower>& table() {
       {"logical_and", [](LowerCtx& c) { logical(c, Op::And); }},
       {"logical_or", [](LowerCtx& c) { logical(c, Op::Or); }},
       {"logical_xor", [](LowerCtx& c) { logical(c, Op::Xor); }},
-      {"logical_not", [](LowerCtx& c) { c.pointwise_space(); c.store(0, c.n(Op::Not, DType::Bool, c.value(0, DType::Bool))); }},
+      {"logical_not",
+       [](LowerCtx& c) {
+         c.pointwise_space();
+         c.store(0, c.n(Op::Not, DType::Bool, c.value(0, DType::Bool)));
+       }},
       {"bitwise_and", [](LowerCtx& c) { bitwise(c, Op::BitAnd); }},
       {"bitwise_or", [](LowerCtx& c) { bitwise(c, Op::BitOr); }},
       {"bitwise_xor", [](LowerCtx& c) { bitwise(c, Op::BitXor); }},
-      {"bitwise_not", [](LowerCtx& c) {
+      {"bitwise_not",
+       [](LowerCtx& c) {
          c.pointwise_space();
          DType t = compute_of(c, {0});
          if (ir::is_floating(t)) throw Decline{};
@@ -602,8 +610,18 @@ const std::unordered_map<std::string, Lower>& table() {
       {"clamp", [](LowerCtx& c) { clamp(c, true, true); }},
       {"clamp_min", [](LowerCtx& c) { clamp_one(c, true); }},
       {"clamp_max", [](LowerCtx& c) { clamp_one(c, false); }},
-      {"isnan", [](LowerCtx& c) { c.pointwise_space(); DType t = compute_of(c, {0}); c.store(0, c.n(Op::IsNan, DType::Bool, c.value(0, t))); }},
-      {"isinf", [](LowerCtx& c) { c.pointwise_space(); DType t = compute_of(c, {0}); c.store(0, c.n(Op::IsInf, DType::Bool, c.value(0, t))); }},
+      {"isnan",
+       [](LowerCtx& c) {
+         c.pointwise_space();
+         DType t = compute_of(c, {0});
+         c.store(0, c.n(Op::IsNan, DType::Bool, c.value(0, t)));
+       }},
+      {"isinf",
+       [](LowerCtx& c) {
+         c.pointwise_space();
+         DType t = compute_of(c, {0});
+         c.store(0, c.n(Op::IsInf, DType::Bool, c.value(0, t)));
+       }},
       {"isposinf", [](LowerCtx& c) { equals_infinity(c, 1); }},
       {"isneginf", [](LowerCtx& c) { equals_infinity(c, -1); }},
       // unary
@@ -613,7 +631,11 @@ const std::unordered_map<std::string, Lower>& table() {
       {"floor", [](LowerCtx& c) { unary(c, Op::Floor, false); }},
       {"ceil", [](LowerCtx& c) { unary(c, Op::Ceil, false); }},
       {"trunc", [](LowerCtx& c) { unary(c, Op::Trunc, false); }},
-      {"round", [](LowerCtx& c) { if (c.present(1)) throw Decline{}; unary(c, Op::Round, false); }},
+      {"round",
+       [](LowerCtx& c) {
+         if (c.present(1)) throw Decline{};
+         unary(c, Op::Round, false);
+       }},
       {"exp", [](LowerCtx& c) { unary(c, Op::Exp, true); }},
       {"exp2", [](LowerCtx& c) { unary(c, Op::Exp2, true); }},
       {"expm1", [](LowerCtx& c) { unary(c, Op::Expm1, true); }},

@@ -8,9 +8,9 @@
 #include "dispatch/backend/devices.h"
 #include "dispatch/backend/generator.h"
 #include "dispatch/backend/hooks.h"
-#include "dispatch/eager/library_kernel.h"
 #include "dispatch/backend/startup.h"
 #include "dispatch/backend/sync.h"
+#include "dispatch/eager/library_kernel.h"
 #include "kiln/engine.h"
 #include "kiln/metrics.h"
 #include "kiln/recorder.h"
@@ -58,13 +58,16 @@ PYBIND11_MODULE(_C, m) {
   m.def("device_count", [] { return int(device_count()); });
   m.def("current_device", [] { return int(current_device()); });
   m.def("set_device", [](int index) { set_current_device(index); });
-  m.def("synchronize", [](int index) {
-    if (index < 0) {
-      for (c10::DeviceIndex i = 0; i < device_count(); ++i) synchronize(device(i), "synchronize");
-    } else {
-      synchronize(device(index), "synchronize");
-    }
-  }, py::arg("index") = -1);
+  m.def(
+      "synchronize",
+      [](int index) {
+        if (index < 0) {
+          for (c10::DeviceIndex i = 0; i < device_count(); ++i) synchronize(device(i), "synchronize");
+        } else {
+          synchronize(device(index), "synchronize");
+        }
+      },
+      py::arg("index") = -1);
   m.def("device_properties", &device_properties, py::arg("index"));
   m.def("default_generator", [](int index) {
     return py::reinterpret_steal<py::object>(THPGenerator_initDefaultGenerator(default_generator(index)));
@@ -90,8 +93,8 @@ PYBIND11_MODULE(_C, m) {
   m.def("knobs", [] {
     py::list rows;
     for (auto& [spec, value] : describe_knobs()) {
-      rows.append(py::make_tuple(spec->name, value.value, value.source, spec->default_value,
-                                 accepted_values(*spec), spec->help));
+      rows.append(py::make_tuple(spec->name, value.value, value.source, spec->default_value, accepted_values(*spec),
+                                 spec->help));
     }
     return rows;
   });
