@@ -1,0 +1,129 @@
+// Codegen: compiling and loading objects, the fingerprint, math chain depth, deterministic objects, compile time.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "compiled_kernel.h"
+#include "kernel_builder.h"
+#include "kiln/codegen.h"
+
+using namespace kiln;
+using ir::DType;
+using ir::Op;
+using test::Compiled;
+
+TEST(Codegen, AnObjectLoadsAgainWithoutCompiling) {
+  test::KernelBuilder b(1);
+  int x = b.access(DType::Int32, ir::Inner::Contiguous);
+  int out = b.access(DType::Int32, ir::Inner::Contiguous);
+  b.store(out, b.node(Op::Mul, DType::Int32, b.load(x), b.load(x)));
+  auto obj = codegen::compile(b.k, "kiln_square", {});
+  auto first = codegen::load(obj.object, "kiln_square");
+  auto second = codegen::load(obj.object, "kiln_square");  // same symbol, another dylib
+  std::vector<int32_t> xs = {1, -2, 3}, a(3), c(3);
+  const std::vector<int64_t> ints = test::dense_ints(b.k, {3});
+  void* bufs1[] = {xs.data(), a.data()};
+  void* bufs2[] = {xs.data(), c.data()};
+  first->fn(bufs1, ints.data(), nullptr, 0, 3);
+  first.reset();  // unloading one copy leaves the other working
+  second->fn(bufs2, ints.data(), nullptr, 0, 3);
+  EXPECT_EQ(a, (std::vector<int32_t>{1, 4, 9}));
+  EXPECT_EQ(c, a);
+}
+
+TEST(Codegen, MalformedObjectIsAClearError) {
+  try {
+    codegen::load("not an object", "kiln_missing");
+    FAIL() << "loaded garbage";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("kiln_missing"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Codegen, FingerprintNamesTheCompilerAndTheCpu) {
+  std::string plain = codegen::environment_fingerprint({});
+  std::string fast = codegen::environment_fingerprint({.fast_math = true});
+  EXPECT_NE(plain.find("llvm=19"), std::string::npos) << plain;
+  EXPECT_NE(plain.find("cpu="), std::string::npos) << plain;
+  EXPECT_NE(plain, fast);
+}
+
+// A width hint on a loop LLVM cannot vectorize (erfcf has no vector variant)
+// makes LLVM emit a remark; kiln drops it instead of printing to stderr.
+TEST(Codegen, CompilingPrintsNothing) {
+  test::KernelBuilder b(1);
+  int x = b.access(DType::Float32, ir::Inner::Contiguous);
+  int out = b.access(DType::Float32, ir::Inner::Contiguous);
+  b.store(out, b.node(Op::Erfc, DType::Float32, b.load(x)));
+  testing::internal::CaptureStderr();
+  Compiled run(b.k);
+  EXPECT_EQ(testing::internal::GetCapturedStderr(), "");
+  std::vector<float> xs = {-1.f, 0.f, 0.5f, 3.f}, outs(4);
+  run({xs.data(), outs.data()}, test::dense_ints(b.k, {4}), {}, 0, 4);
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(outs[i], std::erfc(xs[i]), 1e-6) << xs[i];
+}
+
+namespace {
+
+// out = f3(f2(f1(x)) * x): the functions on one path, as the benchmark chain.
+ir::Kernel serial_math(DType t, Op f1, Op f2, Op f3) {
+  test::KernelBuilder b(1);
+  int x = b.access(t, ir::Inner::Contiguous);
+  int out = b.access(t, ir::Inner::Contiguous);
+  int v = b.load(x);
+  int y = b.node(f3, t, b.node(Op::Mul, t, b.node(f2, t, b.node(f1, t, v)), v));
+  b.store(out, y);
+  return b.k;
+}
+
+// GELU's backward: erf and exp of x on separate paths, then combined.
+ir::Kernel parallel_math() {
+  test::KernelBuilder b(1);
+  const DType f = DType::Float32;
+  int x = b.access(f, ir::Inner::Contiguous);
+  int out = b.access(f, ir::Inner::Contiguous);
+  int v = b.load(x);
+  int cdf = b.node(Op::Erf, f, b.node(Op::Mul, f, v, b.constant(f, 0.7071067811865476)));
+  int pdf = b.node(Op::Exp, f, b.node(Op::Mul, f, b.node(Op::Mul, f, v, v), b.constant(f, -0.5)));
+  b.store(out, b.node(Op::Add, f, cdf, b.node(Op::Mul, f, v, pdf)));
+  return b.k;
+}
+
+}  // namespace
+
+// Interleaving 8 vectors deep pays where one value passes through several
+// math functions (latency-bound); parallel functions already overlap.
+TEST(Codegen, MathChainDepthCountsFunctionsOnOnePath) {
+  EXPECT_EQ(codegen::traits_of(serial_math(DType::Float32, Op::Sin, Op::Exp, Op::Tanh)).math_chain_depth, 3);
+  EXPECT_EQ(codegen::traits_of(serial_math(DType::Float32, Op::Sigmoid, Op::Neg, Op::Erf)).math_chain_depth, 2);
+  EXPECT_EQ(codegen::traits_of(parallel_math()).math_chain_depth, 1);
+  // double math calls libm: none of kiln's own functions
+  EXPECT_EQ(codegen::traits_of(serial_math(DType::Float64, Op::Sin, Op::Exp, Op::Tanh)).math_chain_depth, 0);
+}
+
+// Deep kernels compile with different code generation passes (an LLVM
+// option set while the passes are added); the next kernel must get the
+// default passes back, so its object is the same whatever compiled before.
+TEST(Codegen, ObjectsDoNotDependOnWhatCompiledBefore) {
+  test::KernelBuilder b(1);
+  int x = b.access(DType::Float32, ir::Inner::Contiguous);
+  int out = b.access(DType::Float32, ir::Inner::Contiguous);
+  b.store(out, b.node(Op::Exp, DType::Float32, b.load(x)));
+  const ir::Kernel deep = serial_math(DType::Float32, Op::Sin, Op::Exp, Op::Tanh);
+  const std::string first = codegen::compile(b.k, "kiln_exp", {}).object;
+  const std::string deep_first = codegen::compile(deep, "kiln_deep", {}).object;
+  EXPECT_EQ(codegen::compile(b.k, "kiln_exp", {}).object, first);
+  EXPECT_EQ(codegen::compile(deep, "kiln_deep", {}).object, deep_first);
+}
+
+// Compile time is the compiling thread's CPU time, which other threads'
+// work does not inflate; wall time is reported beside it.
+TEST(Codegen, CompileTimeIsThreadCpuTimeBesideWallTime) {
+  const codegen::CompiledObject obj = codegen::compile(parallel_math(), "kiln_gelu", {});
+  EXPECT_GT(obj.compile_ms, 0);
+  EXPECT_GE(obj.compile_wall_ms,
+            obj.compile_ms * 0.99);  // both clocks tick in steps; a thread cannot run longer than it took
+}
