@@ -10,6 +10,7 @@
 #include "engine/compiled_executable.h"
 #include "engine/plan_cache.h"
 #include "kiln/engine.h"
+#include "kiln/log.h"
 #include "kiln/metrics.h"
 
 namespace kiln::engine {
@@ -31,8 +32,6 @@ const std::string& fingerprint() {
   static const std::string f = codegen::environment_fingerprint(g_options.codegen);
   return f;
 }
-
-bool logging(const char* channel) { return g_options.log && g_options.log_enabled && g_options.log_enabled(channel); }
 
 std::string size_bucket(int ops) {
   if (ops == 1) return "1 op";
@@ -76,10 +75,10 @@ cache::Entry build(const fusion::PlannedKernel& pk, const std::string& name) {
     std::lock_guard<std::mutex> lock(g_times_mu);
     g_compile_times.push_back({obj.compile_ms, obj.compile_wall_ms});
   }
-  if (logging("compile")) {
-    g_options.log("compile", name + ": " + kind + " kernel, " + std::to_string(pk.kernel.nodes.size()) + " nodes, " +
-                                 std::to_string(obj.compile_ms) + " ms CPU (" + std::to_string(obj.compile_wall_ms) +
-                                 " ms wall), " + std::to_string(obj.object.size()) + " bytes of object code");
+  if (log_enabled("compile")) {
+    log("compile", name + ": " + kind + " kernel, " + std::to_string(pk.kernel.nodes.size()) + " nodes, " +
+                       std::to_string(obj.compile_ms) + " ms CPU (" + std::to_string(obj.compile_wall_ms) +
+                       " ms wall), " + std::to_string(obj.object.size()) + " bytes of object code");
   }
   cache::Entry e;
   e.compile_ms = obj.compile_ms;
@@ -149,7 +148,7 @@ void flush(runtime::Device& dev, const trace::Trace& trace, std::string_view rea
   for (const auto& k : plan.kernels) has_kernel[k.region] = true;
   for (size_t r = 0; r < plan.regions.size(); ++r) {
     metrics.add(Counter::Regions, size_bucket(static_cast<int>(plan.regions[r].ops.size())));
-    if (logging("fusion")) g_options.log("fusion", describe(trace, plan.regions[r], r, has_kernel[r]));
+    if (log_enabled("fusion")) log("fusion", describe(trace, plan.regions[r], r, has_kernel[r]));
   }
   if (plan.bytes_not_written) metrics.add(Counter::BytesNotWritten, "dead intermediates", plan.bytes_not_written);
 

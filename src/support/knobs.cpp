@@ -69,7 +69,7 @@ void set_start_mode(Settings& s, const std::string& v) { s.lazy = v == "lazy"; }
 
 void set_log(Settings& s, const std::string& v) {
   const std::vector<std::string> channels = split_list(v);
-  s.log = std::set<std::string>(channels.begin(), channels.end());
+  s.log = std::set<std::string, std::less<>>(channels.begin(), channels.end());
 }
 
 void set_num_threads(Settings& s, const std::string& v) {

@@ -122,7 +122,6 @@ TEST(Engine, OptionsFollowTheKnobs) {
   EXPECT_EQ(d.num_threads, auto_num_threads());
   EXPECT_EQ(d.fusion.stream_min_bytes, (4 * int64_t{auto_num_threads()}) << 20);
   EXPECT_TRUE(d.dump_dir.empty());
-  EXPECT_FALSE(d.log || d.log_enabled);  // the caller's
 
   const engine::Options o =
       engine::options_for(parse_settings(std::map<std::string, std::string>{{"KILN_FUSION_MAX_OPS", "3"},

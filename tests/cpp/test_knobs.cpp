@@ -225,7 +225,7 @@ TEST(Knobs, ValidValuesParse) {
   EXPECT_TRUE(s.launch_blocking);
   EXPECT_EQ(s.fallback, FallbackPolicy::Error);
   EXPECT_TRUE(s.metrics_at_exit);
-  EXPECT_EQ(s.log, (std::set<std::string>{"runtime", "dispatch"}));
+  EXPECT_EQ(s.log, (std::set<std::string, std::less<>>{"runtime", "dispatch"}));
   EXPECT_TRUE(s.log_enabled("runtime"));
   EXPECT_TRUE(s.log_enabled("dispatch"));
   EXPECT_FALSE(s.log_enabled("fallback"));
@@ -241,7 +241,7 @@ TEST(Knobs, MoreValidValues) {
   EXPECT_FALSE(kiln::parse_settings(Env{{"KILN_LAUNCH_BLOCKING", "0"}}).launch_blocking);
 
   Settings spaced = kiln::parse_settings(Env{{"KILN_LOG", " runtime , fallback ,"}});
-  EXPECT_EQ(spaced.log, (std::set<std::string>{"runtime", "fallback"}));
+  EXPECT_EQ(spaced.log, (std::set<std::string, std::less<>>{"runtime", "fallback"}));
   Settings all = kiln::parse_settings(Env{{"KILN_LOG", "all"}});
   EXPECT_TRUE(all.log_enabled("dispatch"));
   EXPECT_TRUE(all.log_enabled("anything"));
@@ -345,4 +345,16 @@ TEST(Knobs, StreamingThresholdIsFourMiBPerThreadUnlessSet) {
   EXPECT_EQ(parse_settings(M{{"KILN_STREAM_MIN_MB", "64"}}).stream_min_mb, 64);
   EXPECT_THROW(parse_settings(M{{"KILN_STREAM_MIN_MB", "-1"}}), KnobError);
   EXPECT_THROW(parse_settings(M{{"KILN_STREAM_MIN_MB", "big"}}), KnobError);
+}
+
+// The one log sink every layer calls: enabled by KILN_LOG's channels.
+TEST(Log, ChannelsFromTheKnobEnableTheSink) {
+  kiln::set_log_channels(kiln::parse_settings(Env{{"KILN_LOG", "fusion,runtime"}}).log);
+  EXPECT_TRUE(kiln::log_enabled("fusion"));
+  EXPECT_TRUE(kiln::log_enabled("runtime"));
+  EXPECT_FALSE(kiln::log_enabled("compile"));
+  kiln::set_log_channels(kiln::parse_settings(Env{{"KILN_LOG", "all"}}).log);
+  EXPECT_TRUE(kiln::log_enabled("compile"));
+  kiln::set_log_channels({});
+  EXPECT_FALSE(kiln::log_enabled("fusion"));
 }

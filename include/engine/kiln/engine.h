@@ -27,9 +27,6 @@ struct Options {
   codegen::Options codegen;
   int num_threads = 1;   // KILN_NUM_THREADS (options_for); 1 without the knobs
   std::string dump_dir;  // KILN_DUMP_DIR (empty: off)
-  // Log sink: channel ("fusion", "compile") and message; empty: no logging.
-  std::function<bool(const char*)> log_enabled;
-  std::function<void(const char*, const std::string&)> log;
 };
 
 // The options the knobs ask for (KILN_FUSION_MAX_OPS, KILN_STREAM_MIN_MB,

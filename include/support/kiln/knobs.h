@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "kiln/log.h"
+
 namespace kiln {
 
 enum class KnobKind {
@@ -72,7 +74,7 @@ struct Settings {
   bool launch_blocking;
   FallbackPolicy fallback;
   bool metrics_at_exit;
-  std::set<std::string> log;  // enabled KILN_LOG channels
+  std::set<std::string, std::less<>> log;  // enabled KILN_LOG channels
   // KILN_MODE, the mode kiln starts in; the live mode, which Python may
   // switch, is the recorder's (trace::lazy_mode()).
   bool lazy;
@@ -83,7 +85,7 @@ struct Settings {
   int64_t stream_min_mb;  // 0: never
   std::string dump_dir;   // empty: off
 
-  bool log_enabled(const std::string& channel) const { return log.count(channel) != 0 || log.count("all") != 0; }
+  bool log_enabled(std::string_view channel) const { return channel_in(log, channel); }
   bool operator==(const Settings&) const = default;  // tests compare whole settings
 };
 

@@ -6,12 +6,12 @@
 
 #include <atomic>
 #include <functional>
-#include <iostream>
 #include <mutex>
 
 #include "dispatch/backend/devices.h"
 #include "dispatch/backend/sync.h"
 #include "kiln/engine.h"
+#include "kiln/log.h"
 #include "kiln/recorder.h"
 
 namespace kiln::dispatch {
@@ -38,27 +38,20 @@ void wait_without_the_gil(const std::function<void()>& wait) {
   wait();
 }
 
-// Hands the engine its options (from the knobs). Throws what engine::configure throws.
-void configure_engine() {
-  engine::Options o = engine::options_for(settings());
-  o.log_enabled = [](const char* channel) { return settings().log_enabled(channel); };
-  o.log = [](const char* channel, const std::string& message) { log(channel, message); };
-  engine::configure(o);
-}
-
 }  // namespace
 
 void initialize() {
   std::lock_guard<std::mutex> lock(g_init_mu);
   if (g_initialized.load()) return;
   g_settings = parse_settings();  // throws KnobError
+  set_log_channels(g_settings.log);
   runtime::RuntimeOptions opts;
   opts.device_count = g_settings.device_count;
   opts.capacity_bytes = static_cast<size_t>(g_settings.device_memory_mb) << 20;
   opts.launch_blocking = g_settings.launch_blocking;
   opts.host_wait = &wait_without_the_gil;
   runtime::Runtime::init(opts);
-  configure_engine();  // throws for an unwritable KILN_DUMP_DIR
+  engine::configure(engine::options_for(g_settings));  // throws for an unwritable KILN_DUMP_DIR
   trace::set_lazy_mode(g_settings.lazy);
   if (g_settings.lazy) engine::start_compiler_warm_up();
   pthread_atfork(nullptr, nullptr, &mark_bad_fork);
@@ -79,10 +72,5 @@ void set_lazy_mode(bool lazy) {
 }
 
 bool in_bad_fork() { return g_bad_fork.load(std::memory_order_relaxed); }
-
-void log(const char* channel, const std::string& message) {
-  if (!g_settings.log_enabled(channel)) return;
-  std::cerr << "[kiln:" << channel << "] " << message << std::endl;
-}
 
 }  // namespace kiln::dispatch

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kiln/knobs.h"
+#include "kiln/log.h"  // every backend file logs
 
 namespace kiln::dispatch {
 
@@ -22,8 +23,5 @@ void set_lazy_mode(bool lazy);
 
 // Set once in a forked child: the device's worker threads did not survive.
 bool in_bad_fork();
-
-// Logging to stderr for an enabled KILN_LOG channel.
-void log(const char* channel, const std::string& message);
 
 }  // namespace kiln::dispatch
