@@ -1,4 +1,4 @@
-// XXH3-128 keys and the in-memory executable cache (see include/kiln/cache.h).
+// XXH3-128 keys and the in-memory executable cache (see include/cache/kiln/cache.h).
 #include <xxhash.h>
 
 #include <condition_variable>

@@ -1,5 +1,5 @@
 // The structure of a trace as plan() sees it, and rebinding a reused plan's
-// scalars (see include/kiln/fusion.h).
+// scalars (see include/fusion/kiln/fusion.h).
 //
 // A steady-state loop flushes traces of one structure again and again, with
 // new buffers and new scalar values (a learning rate, a step count). For a

@@ -1,5 +1,5 @@
 // traits_of: the one place that reads a whole kernel to decide how it
-// compiles (see KernelTraits in include/kiln/codegen.h).
+// compiles (see KernelTraits in include/codegen/kiln/codegen.h).
 #include <algorithm>
 #include <vector>
 

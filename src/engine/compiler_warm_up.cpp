@@ -1,4 +1,4 @@
-// Warming up the compiler on a background thread (see include/kiln/engine.h).
+// Warming up the compiler on a background thread (see include/engine/kiln/engine.h).
 #include <pthread.h>
 
 #include <cstdlib>

@@ -1,4 +1,4 @@
-// The flush pipeline (see include/kiln/engine.h).
+// The flush pipeline (see include/engine/kiln/engine.h).
 #include <filesystem>
 #include <fstream>
 #include <memory>

@@ -1,4 +1,4 @@
-// The engine's options from the knobs (see include/kiln/engine.h): the one
+// The engine's options from the knobs (see include/engine/kiln/engine.h): the one
 // place a Settings field becomes an engine, fusion or codegen option.
 #include "kiln/engine.h"
 #include "kiln/knobs.h"

@@ -1,4 +1,4 @@
-// Knob table, parsing and validation. See include/kiln/knobs.h.
+// Knob table, parsing and validation. See include/support/kiln/knobs.h.
 #include "kiln/knobs.h"
 
 #include <unistd.h>

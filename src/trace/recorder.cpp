@@ -1,4 +1,4 @@
-// Per-device recorders and the recording mode (see include/kiln/recorder.h).
+// Per-device recorders and the recording mode (see include/trace/kiln/recorder.h).
 #include "kiln/recorder.h"
 
 #include <array>

@@ -1,4 +1,4 @@
-// TraceOp builders and op-name interning (see include/kiln/trace.h).
+// TraceOp builders and op-name interning (see include/trace/kiln/trace.h).
 #include "kiln/trace.h"
 
 #include <mutex>
