@@ -79,6 +79,23 @@ def test_copy_with_dtype_conversion_and_broadcast(dev):
     assert torch.equal(y.cpu(), x.float().expand(3, 4))
 
 
+def test_copies_to_the_host_broadcast_convert_and_take_any_layout(dev):
+    """Device-to-host copies go through the device's copy of plain bytes; every
+    other source or destination layout is staged, with eager's result."""
+    x = torch.arange(12.0).reshape(3, 4)
+    d = x.to(dev)
+    for src, src_cpu in [(d[:1], x[:1]), (d.t(), x.t()), (d[:, ::2], x[:, ::2]), (d[1:2], x[1:2])]:
+        for out in [torch.zeros(5, *src_cpu.shape), torch.zeros(src_cpu.shape[::-1]).t(), torch.zeros(src_cpu.shape)]:
+            if out.shape[-2:] != src_cpu.shape:
+                continue
+            for dtype in (torch.float32, torch.int64):
+                got, want = out.to(dtype), out.to(dtype)
+                got.copy_(src)
+                want.copy_(src_cpu)
+                assert torch.equal(got, want), (src_cpu.shape, out.shape, dtype)
+    assert torch.equal(torch.zeros(2, 4).copy_(d[:1]), x[:1].expand(2, 4))  # a broadcast [1, 4] source
+
+
 def test_host_source_may_change_after_copy(dev):
     x = torch.ones(1000)
     y = x.to(dev)

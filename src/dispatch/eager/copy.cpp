@@ -75,8 +75,8 @@ void copy_host_to_device(const at::Tensor& src, const at::Tensor& dst) {
   const at::Tensor target = plain_dst.defined() ? plain_dst
                                                 : empty_device(dst.sizes(), c10::contiguous_strides(dst.sizes()),
                                                                dst.scalar_type(), dst.device().index());
-  with_torch_errors([&] {
-    flush_trace(dev, "untraced op");  // what the program issued before this runs before it
+  flush_trace(dev, "untraced op");  // what the program issued before this runs before it
+  delivering_launch_errors("launch blocking", [&] {
     if (direct) {
       dev.copy_from_host(target.data_ptr(), src.const_data_ptr(), dst.nbytes());
     } else {
@@ -96,7 +96,9 @@ void copy_device_to_host(const at::Tensor& src, const at::Tensor& dst) {
   runtime::Device& dev = device(src.device().index());
   synchronize(dev, "copy to host");
   Metrics::global().add(Counter::BytesCopied, "device_to_host", src.nbytes());
-  const bool direct = is_plain(dst) && dst.scalar_type() == src.scalar_type();
+  // Straight into dst when it is laid out as the source's bytes; else staged
+  // on the host, and dst.copy_ broadcasts and converts there.
+  const bool direct = is_plain(dst) && dst.scalar_type() == src.scalar_type() && dst.sizes() == src.sizes();
   const at::Tensor staged = direct ? dst : at::empty(plain.sizes(), plain.options().device(c10::kCPU));
   with_torch_errors([&] { dev.copy_to_host(staged.data_ptr(), plain.const_data_ptr(), plain.nbytes()); });
   if (!direct) dst.copy_(staged);
