@@ -11,6 +11,7 @@
 #include "kiln/codegen.h"
 #include "kiln/fusion.h"
 #include "plan_check.h"
+#include "trace_builder.h"
 
 using namespace kiln;
 using ir::DType;
@@ -18,89 +19,9 @@ using ir::Op;
 using kiln::test::has_kernels;
 using trace::View;
 
-namespace {
-
-constexpr DType F = DType::Float32;
-
-// Builds traces over float32 host arrays and runs their plans.
-struct TraceBuilder {
-  trace::Trace t;
-  std::map<int32_t, std::vector<float>> memory;
-
-  int32_t buffer(size_t elems, bool fresh = true) {
-    trace::Buffer b;
-    b.nbytes = elems * 4;
-    b.fresh = fresh;
-    t.buffers.push_back(b);
-    const auto id = static_cast<int32_t>(t.buffers.size()) - 1;
-    memory[id].assign(elems, 0.f);
-    return id;
-  }
-  // A contiguous view of `buf` shaped `shape`, seen from an op over `space`
-  // (right-aligned broadcasting, as torch does).
-  static View view(int32_t buf, std::vector<int64_t> shape, std::vector<int64_t> space, int64_t offset = 0) {
-    View v;
-    v.buffer = buf;
-    v.dtype = F;
-    v.offset = offset;
-    std::vector<int64_t> own(shape.size());
-    int64_t s = 1;
-    for (size_t i = shape.size(); i-- > 0;) {
-      own[i] = shape[i] == 1 ? 0 : s;
-      s *= shape[i];
-    }
-    v.strides.assign(space.size(), 0);
-    for (size_t i = 0; i < shape.size(); ++i) v.strides[space.size() - shape.size() + i] = own[i];
-    return v;
-  }
-  trace::TraceOp& op(const char* name, std::vector<int64_t> sizes, uint64_t reduced = 0) {
-    trace::TraceOp o;
-    o.name = name;
-    o.sizes = std::move(sizes);
-    o.reduced = reduced;
-    t.ops.push_back(std::move(o));
-    return t.ops.back();
-  }
-  void unary(Op f, View in, View out, std::vector<int64_t> space) {
-    auto& o = op(ir::op_name(f), space);
-    o.store(out, o.add_node(f, F, o.load(in)));
-  }
-  void binary(Op f, View a, View b, View out, std::vector<int64_t> space) {
-    auto& o = op(ir::op_name(f), space);
-    o.store(out, o.add_node(f, F, o.load(a), o.load(b)));
-  }
-  void with_scalar(Op f, View a, double s, View out, std::vector<int64_t> space) {
-    auto& o = op(ir::op_name(f), space);
-    o.store(out, o.add_node(f, F, o.load(a), o.cast(o.scalar_float(s), F)));
-  }
-  // Reduces the last dim of `space` into a keepdim output.
-  void reduce_last(ir::ReduceKind kind, View in, View out, std::vector<int64_t> space) {
-    auto& o = op(ir::reduce_name(kind), space, uint64_t(1) << (space.size() - 1));
-    o.store(out, o.reduce(kind, F, o.load(in)));
-  }
-
-  fusion::Plan run(int max_ops = 64) {
-    fusion::Plan p = fusion::plan(t, {max_ops});
-    std::map<int32_t, std::vector<float>> scratch;
-    for (int32_t b : p.scratch) scratch[b].assign(memory[b].size(), 0.f);
-    for (const auto& k : p.kernels) {
-      auto obj = codegen::compile(k.kernel, "kiln_fusion_test", {});
-      auto loaded = codegen::load(obj.object, "kiln_fusion_test");
-      std::vector<void*> bufs;
-      for (int32_t id : k.buffer_ids) bufs.push_back(scratch.count(id) ? scratch[id].data() : memory[id].data());
-      loaded->fn(bufs.data(), k.ints.data(), k.scalars.data(), 0, k.work);
-    }
-    return p;
-  }
-};
-
-std::vector<float> iota(size_t n, float scale = 0.1f, float shift = -1.f) {
-  std::vector<float> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = shift + scale * static_cast<float>(i % 37) + 0.013f * static_cast<float>(i);
-  return v;
-}
-
-}  // namespace
+using test::F;
+using test::iota;
+using test::TraceBuilder;
 
 TEST(Fusion, GeluTanhChainIsOneKernel) {
   TraceBuilder tb;
@@ -563,44 +484,4 @@ TEST(Fusion, IndependentOpsDoNotShareAKernel) {
   EXPECT_EQ(plan.regions[0].ops, (std::vector<int32_t>{0, 1, 2}));
   EXPECT_EQ(plan.regions[0].ended_by, "no shared data");
   EXPECT_EQ(plan.regions[1].ops, (std::vector<int32_t>{3, 4}));
-}
-
-// A plan is reused for a trace of the same structure: the signature ignores
-// scalar values and sees everything that changes the plan.
-TEST(Fusion, PlanSignatureIgnoresScalarValuesOnly) {
-  auto make = [](double lr, int64_t step, bool dead, int64_t n, double constant) {
-    trace::Trace t;
-    for (int i = 0; i < 3; ++i) t.buffers.push_back({nullptr, size_t(n) * 4, i == 2, i == 2 && dead, nullptr});
-    trace::TraceOp op;
-    op.name = "test::update";
-    op.sizes = {n};
-    const int32_t scaled =
-        op.add_node(Op::Mul, F, op.load(TraceBuilder::view(0, {n}, {n})), op.cast(op.scalar_float(lr), F));
-    const int32_t shifted = op.add_node(Op::Add, F, scaled, op.cast(op.scalar_int(step), F));
-    op.store(TraceBuilder::view(1, {n}, {n}), op.add_node(Op::Add, F, shifted, op.constant(F, constant)));
-    op.store(TraceBuilder::view(2, {n}, {n}), scaled);
-    t.ops.push_back(std::move(op));
-    return t;
-  };
-  const fusion::Options o;
-  const std::string base = fusion::plan_signature(make(0.1, 3, false, 64, 1.0), o);
-  EXPECT_EQ(fusion::plan_signature(make(0.2, 7, false, 64, 1.0), o), base);
-  EXPECT_NE(fusion::plan_signature(make(0.1, 3, true, 64, 1.0), o), base);   // a store dropped
-  EXPECT_NE(fusion::plan_signature(make(0.1, 3, false, 65, 1.0), o), base);  // another shape
-  EXPECT_NE(fusion::plan_signature(make(0.1, 3, false, 64, 2.0), o), base);  // a constant is code
-  EXPECT_NE(fusion::plan_signature(make(0.1, 3, false, 64, 1.0), {.max_ops = 2}), base);
-
-  // The plan of the first trace, bound to the second trace's scalars, equals
-  // the second trace's own plan.
-  const trace::Trace first = make(0.1, 3, false, 64, 1.0), second = make(-2.5, 11, false, 64, 1.0);
-  const fusion::Plan reused = fusion::plan(first, o), own = fusion::plan(second, o);
-  ASSERT_TRUE(has_kernels(reused, first, 1));
-  ASSERT_TRUE(has_kernels(own, second, 1));
-  const fusion::PlannedKernel& k = reused.kernels[0];
-  std::vector<int64_t> ints = k.ints;
-  std::vector<double> scalars = k.scalars;
-  fusion::bind_scalars(k, second, ints, scalars);
-  EXPECT_NE(scalars, k.scalars);
-  EXPECT_EQ(scalars, own.kernels[0].scalars);
-  EXPECT_EQ(ints, own.kernels[0].ints);
 }
