@@ -365,6 +365,18 @@ void launch_library_kernel(Call& call, Outputs&& outputs) {
   call.set_results(std::move(outputs));
 }
 
+// The call's argument case (argument_check.h): its exact argument shapes
+// when the shape key describes them (`exact`), else its dtypes and ranks,
+// with the values of scalars that do not fit every dtype of the call.
+uint64_t call_case(const Call& call, const InferredShapes& shapes, bool exact) {
+  return argument_case(exact ? shapes.argument_shapes : argument_signature(call.stack, call.first), call.stack,
+                       call.first);
+}
+
+void log_disagreement(const OpInfo& info) {
+  log("dispatch", info.name + ": meta kernel disagrees with the CPU kernel; runs on the host");
+}
+
 // An op with a lowering, in lazy mode. The first call of each argument case
 // checks the arguments as eager does, at the op (argument_check.h): its inputs
 // may not be computed yet, so on zero-filled twins, without a sync. Recorded
@@ -378,15 +390,12 @@ void run_traced(Call& call) {
   if (verdict == OpInfo::Verdict::Unknown) {
     // Arguments the shape key cannot describe are checked at every call.
     const bool exact = shapes->argument_shapes != 0;
-    const uint64_t signature = argument_case(
-        exact ? shapes->argument_shapes : argument_signature(call.stack, call.first), call.stack, call.first);
+    const uint64_t signature = call_case(call, *shapes, exact);
     if (exact) verdict = info.verdict(signature);
     if (verdict == OpInfo::Verdict::Unknown) {
       verdict = check_on_zeroed_twins(call.op, info, call.stack, call.first, call.index(), *shapes);
       if (exact) info.set_verdict(signature, verdict);
-      if (verdict == OpInfo::Verdict::Disagrees) {
-        log("dispatch", info.name + ": meta kernel disagrees with the CPU kernel; runs on the host");
-      }
+      if (verdict == OpInfo::Verdict::Disagrees) log_disagreement(info);
     }
     shapes->verdict.store(static_cast<int>(verdict));
   }
@@ -415,8 +424,7 @@ void run_async(Call& call) {
   uint64_t signature = 0;
   if (verdict == OpInfo::Verdict::Unknown) {
     const bool exact = shapes->argument_shapes != 0;
-    signature = argument_case(exact ? shapes->argument_shapes : argument_signature(call.stack, call.first), call.stack,
-                              call.first);
+    signature = call_case(call, *shapes, exact);
     verdict = info.verdict(signature);
     if (verdict != OpInfo::Verdict::Unknown) shapes->verdict.store(static_cast<int>(verdict));
   }
@@ -428,7 +436,7 @@ void run_async(Call& call) {
       bool agrees = call.stack.size() - call.first == meta.size();
       for (size_t j = 0; agrees && j < meta.size(); ++j) agrees = same_geometry(call.stack[call.first + j], meta[j]);
       info.set_verdict(signature, agrees ? OpInfo::Verdict::Agrees : OpInfo::Verdict::Disagrees);
-      if (!agrees) log("dispatch", info.name + ": meta kernel disagrees with the CPU kernel; runs on the host");
+      if (!agrees) log_disagreement(info);
       return;
     }
     case OpInfo::Verdict::Agrees: launch_library_kernel(call, make_outputs(call, *shapes)); return;
