@@ -10,7 +10,6 @@ namespace kiln::runtime {
 Device::Device(int index, size_t capacity_bytes, bool launch_blocking, HostWait host_wait)
     : index_(index),
       launch_blocking_(launch_blocking),
-      host_wait_(host_wait),
       pool_(index, capacity_bytes),
       queue_(index, std::move(host_wait)) {}
 

@@ -78,6 +78,10 @@ void LaunchQueue::wait_for(uint64_t seq) {
     std::unique_lock<std::mutex> lock(mu_);
     done_cv_.wait(lock, [&] { return completed() >= seq; });
   };
+  wait_host(wait);
+}
+
+void LaunchQueue::wait_host(const std::function<void()>& wait) const {
   if (host_wait_) host_wait_(wait);
   else wait();
 }

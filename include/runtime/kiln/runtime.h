@@ -177,6 +177,8 @@ class LaunchQueue {
   void wait_for(uint64_t seq);
   // Deliver (and clear) a recorded error without waiting.
   void raise_pending_error();
+  // Runs `wait` through the queue's HostWait (in place when it has none).
+  void wait_host(const std::function<void()>& wait) const;
 
   uint64_t submitted() const { return submitted_.load(std::memory_order_acquire); }
   uint64_t completed() const { return completed_.load(std::memory_order_acquire); }
@@ -274,15 +276,11 @@ class Device {
   // Runs `wait` (which blocks the calling thread on something the device's
   // work may need to finish) the way the runtime's own waits run: through
   // the HostWait the device was given.
-  void wait_host(const std::function<void()>& wait) const {
-    if (host_wait_) host_wait_(wait);
-    else wait();
-  }
+  void wait_host(const std::function<void()>& wait) const { queue_.wait_host(wait); }
 
  private:
   const int index_;
   const bool launch_blocking_;
-  const HostWait host_wait_;
   MemoryPool pool_;
   LaunchQueue queue_;
 };

@@ -55,8 +55,6 @@ class Recorder {
   Recorder(const Recorder&) = delete;
   Recorder& operator=(const Recorder&) = delete;
 
-  runtime::Device& device() { return device_; }
-
   // Runs `append(PendingTrace&)` with the recorder held; returns how many
   // ops are pending after it. `append` must not free device memory.
   template <class Append>
