@@ -15,6 +15,13 @@ using ir::Op;
 using ir::ReduceKind;
 using llvm::Value;
 
+namespace {
+// A float max or min: vectorized in its own form (emit_reduction).
+bool is_float_extreme(const ir::Reduction& r) {
+  return ir::is_floating(r.dtype) && (r.kind == ReduceKind::Max || r.kind == ReduceKind::Min);
+}
+}  // namespace
+
 void Lowering::emit_rows(Value* begin, Value* end) {
   const int R = k_.rank, K0 = R - k_.reduce_rank;
   // Accumulators live in allocas (promoted to registers by the optimizer).
@@ -22,6 +29,7 @@ void Lowering::emit_rows(Value* begin, Value* end) {
     results_.push_back(b_.CreateAlloca(register_type(b_, r.dtype)));
     const bool arg = r.kind == ReduceKind::ArgMax || r.kind == ReduceKind::ArgMin;
     best_.push_back(arg ? b_.CreateAlloca(register_type(b_, k_.nodes[r.value].dtype)) : nullptr);
+    saw_nan_.push_back(is_float_extreme(r) ? b_.CreateAlloca(b_.getInt8Ty()) : nullptr);
   }
   loop(begin, end, "row", [&](Value* row) {
     std::vector<Value*> outer = coordinates(row, 0, K0);
@@ -113,6 +121,15 @@ void Lowering::emit_reduction(int ri, const std::vector<Value*>& row_base) {
     else init = int_extreme(ty, is_unsigned(vt), /*least=*/r.kind == ReduceKind::ArgMax);
     b_.CreateStore(init, best_[ri]);
   }
+  // A float max or min is maxnum/minnum over the values that are not NaN
+  // (which LLVM vectorizes: without NaNs it is order-free but for the sign
+  // of a zero tie, which eager does not fix either: CPU's amax and max give
+  // -0 and +0 for one input), and a flag of its own for whether a NaN was
+  // seen (an or, which vectorizes too). A NaN anywhere makes the result NaN,
+  // as in eager. A compare-and-select loop propagating the NaN stays scalar.
+  const bool float_extreme = is_float_extreme(r);
+  Value* saw_nan = saw_nan_[ri];
+  if (float_extreme) b_.CreateStore(b_.getInt8(0), saw_nan);
   reduced_loops(
       row_base,
       [&](Scope& s, Value* lin) {
@@ -125,6 +142,18 @@ void Lowering::emit_reduction(int ri, const std::vector<Value*>& row_base) {
           case ReduceKind::Max:
           case ReduceKind::Min: {
             Value* x = convert(b_, v, vt, r.dtype);
+            if (float_extreme) {
+              llvm::FastMathFlags no_nans_or_signed_zeros;
+              no_nans_or_signed_zeros.setNoNaNs();
+              no_nans_or_signed_zeros.setNoSignedZeros();
+              // Poison where x is NaN; the NaN flag then picks the result.
+              next = b_.CreateBinaryIntrinsic(
+                  r.kind == ReduceKind::Max ? llvm::Intrinsic::maxnum : llvm::Intrinsic::minnum, acc, x);
+              llvm::cast<llvm::Instruction>(next)->setFastMathFlags(no_nans_or_signed_zeros);
+              Value* nan = b_.CreateZExt(b_.CreateFCmpUNO(x, x), b_.getInt8Ty());
+              b_.CreateStore(b_.CreateOr(b_.CreateLoad(b_.getInt8Ty(), saw_nan), nan), saw_nan);
+              break;
+            }
             Value* better = lower_compare(b_, r.kind == ReduceKind::Max ? Op::Gt : Op::Lt, x, acc, r.dtype);
             if (ir::is_floating(r.dtype)) better = b_.CreateOr(better, b_.CreateFCmpUNO(x, x));  // NaN wins
             next = b_.CreateSelect(better, x, acc);
@@ -145,7 +174,13 @@ void Lowering::emit_reduction(int ri, const std::vector<Value*>& row_base) {
         }
         b_.CreateStore(next, results_[ri]);
       },
-      r.kind == ReduceKind::Sum ? Vectorize::WideSum : Vectorize::Auto);
+      r.kind == ReduceKind::Sum || float_extreme ? Vectorize::WideReduction : Vectorize::Auto);
+  if (float_extreme) {
+    llvm::Type* ty = register_type(b_, r.dtype);
+    Value* seen = b_.CreateICmpNE(b_.CreateLoad(b_.getInt8Ty(), saw_nan), b_.getInt8(0));
+    Value* extreme = b_.CreateLoad(ty, results_[ri]);
+    b_.CreateStore(b_.CreateSelect(seen, llvm::ConstantFP::getQNaN(ty), extreme), results_[ri]);
+  }
 }
 
 }  // namespace kiln::codegen

@@ -37,18 +37,20 @@ class Lowering {
   };
 
   // How an innermost loop asks to be vectorized (docs/codegen.md, "Loop hints").
-  //  Auto: as LLVM sees fit: max, min, arg-max/min and product loops, whose
-  //    float forms it leaves scalar (NaN propagation, order).
+  //  Auto: as LLVM sees fit: arg-max/min and product loops, whose float
+  //    forms it leaves scalar (NaN propagation, order).
   //  Wide: fill a 512-bit register with the kernel's widest element type
   //    (LLVM often picks half of that where math widens to double inside);
   //    element loops of deep math also interleave deeper (KernelTraits).
-  //  WideSum: Wide for a sum loop, interleaved as LLVM sees fit. The hint
-  //    also lets the vectorizer reorder a float sum into one partial sum per
-  //    lane, combined at the end of the row: eager's CPU kernels sum in lanes
-  //    too, partial sums are no less accurate, and the order is fixed for a
-  //    given row length.
+  //  WideReduction: Wide for a sum, max or min loop, interleaved as LLVM
+  //    sees fit. The hint also lets the vectorizer reorder a float sum into
+  //    one partial sum per lane, combined at the end of the row: eager's CPU
+  //    kernels sum in lanes too, partial sums are no less accurate, and the
+  //    order is fixed for a given row length. Float max and min vectorize
+  //    only in the form emit_reduction gives them (maxnum without NaNs, and
+  //    a NaN flag of their own).
   //  Scalar: not vectorized (a rarely taken path, not worth its compile time).
-  enum class Vectorize { Auto, Wide, WideSum, Scalar };
+  enum class Vectorize { Auto, Wide, WideReduction, Scalar };
 
   // lower_to_llvm.cpp: arguments, alias scopes, expressions.
   llvm::Value* int_arg(int i);
@@ -95,6 +97,7 @@ class Lowering {
   std::vector<llvm::Value*> base_, sizes_, offsets_;
   std::vector<std::vector<llvm::Value*>> strides_;
   std::vector<llvm::Value*> results_, best_;
+  std::vector<llvm::Value*> saw_nan_;           // per reduction: an i8 flag of float max and min (else null)
   std::vector<llvm::MDNode*> scope_, noalias_;  // per pointer slot
 };
 

@@ -124,6 +124,47 @@ TEST(Codegen, ArgMaxTakesTheFirstMaximumAndTheFirstNaN) {
   EXPECT_EQ(outs, (std::vector<int64_t>{1, 1, 0}));
 }
 
+// Float max and min reductions vectorize (maxnum over the non-NaN values and
+// a NaN flag of their own) and keep eager's answers: a NaN anywhere in the
+// row, in the vector body or the remainder, makes the result NaN; infinities
+// and rows of one value come back as they are.
+TEST(Codegen, FloatMaxAndMinReductionsVectorizeAndPropagateNaN) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const int n = 37;  // two 16-lane vectors and a remainder of 5
+  for (ir::ReduceKind kind : {ir::ReduceKind::Max, ir::ReduceKind::Min}) {
+    test::KernelBuilder b(2, 1);
+    int x = b.access(DType::Float32, ir::Inner::Contiguous);
+    int out = b.access(DType::Float32, ir::Inner::Broadcast, true);
+    b.store(out, b.reduce(kind, DType::Float32, b.load(x)));
+    const std::string ir = codegen::compile(b.k, "kiln_extreme", {}, /*want_ir=*/true).llvm_ir;
+    EXPECT_NE(ir.find(kind == ir::ReduceKind::Max ? "llvm.vector.reduce.fmax" : "llvm.vector.reduce.fmin"),
+              std::string::npos);
+    Compiled run(b.k);
+    const int rows = 6;
+    std::vector<float> xs(rows * n);
+    for (int i = 0; i < rows * n; ++i) xs[i] = std::sin(i * 0.7f) * 100;
+    xs[1 * n + 3] = nan;      // in the vector body
+    xs[2 * n + n - 1] = nan;  // in the remainder
+    xs[3 * n + 20] = INFINITY;
+    xs[3 * n + 21] = -INFINITY;
+    for (int j = 0; j < n; ++j) xs[4 * n + j] = -INFINITY;
+    for (int j = 0; j < n; ++j) xs[5 * n + j] = 2.5f;
+    std::vector<float> outs(rows);
+    run({xs.data(), outs.data()}, test::launch_ints(b.k, {rows, n}, {{0, {n, 1}}, {0, {1, 0}}}), {}, 0, rows);
+    for (int r = 0; r < rows; ++r) {
+      float want = kind == ir::ReduceKind::Max ? -INFINITY : INFINITY;
+      bool saw_nan = false;
+      for (int j = 0; j < n; ++j) {
+        const float v = xs[r * n + j];
+        saw_nan |= std::isnan(v);
+        want = kind == ir::ReduceKind::Max ? std::max(want, v) : std::min(want, v);
+      }
+      if (saw_nan) EXPECT_TRUE(std::isnan(outs[r])) << "row " << r;
+      else EXPECT_EQ(outs[r], want) << "row " << r;
+    }
+  }
+}
+
 TEST(Codegen, BFloat16RoundsEveryResultToNearestEven) {
   test::KernelBuilder b(1);
   int x = b.access(DType::BFloat16, ir::Inner::Contiguous);
