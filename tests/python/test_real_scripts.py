@@ -134,6 +134,54 @@ def test_lstm_gate_arithmetic_fuses():
     assert launches.get("fused kernel", 0) <= 3
 
 
+@pytest.mark.parametrize(
+    "kwargs", [{}, {"bidirectional": True, "batch_first": True}, {"bias": False}], ids=["plain", "bidir", "nobias"]
+)
+def test_lstm_runs_cpus_layer_kernel_with_cpus_bits(kwargs, mode):
+    """nn.LSTM runs oneDNN's layer kernel, as on CPU (src/dispatch/eager/lstm_layers.cpp):
+    two library launches per layer, forward and backward, and CPU's bits, not a matmul per time step."""
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(4, 6, num_layers=2, **kwargs)
+    dev_lstm = copy.deepcopy(lstm).to(DEVICE)
+    x = torch.randn(5, 3, 4)
+
+    def run(module, inp):
+        inp = inp.requires_grad_()
+        out, (h, c) = module(inp)
+        (out.square().sum() + 2 * h.square().sum() + 3 * c.square().sum()).backward()
+        return out, [t.detach().cpu() for t in (out, h, c, inp.grad, *(p.grad for p in module.parameters()))]
+
+    sync()
+    kiln.metrics.reset()
+    dev_out, got = run(dev_lstm, x.to(DEVICE))
+    sync()
+    _, want = run(lstm, x.clone())
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, rtol=0, atol=0)
+    library = kiln.metrics.counters()["library_kernels"]
+    layers = 2 * (2 if kwargs.get("bidirectional") else 1)
+    assert library.get("aten::mkldnn_rnn_layer") == layers, library
+    assert library.get("aten::mkldnn_rnn_layer_backward") == layers, library
+    assert "aten::mm" not in library, library
+
+
+def test_lstm_outside_the_layer_kernel_steps_through_time(mode):
+    """Projections and float64 are not what CPU's layer kernel takes: the time-step path runs, still CPU's answer."""
+    for make, dtype in (
+        (lambda: torch.nn.LSTM(4, 6, proj_size=3), torch.float32),
+        (lambda: torch.nn.LSTM(4, 6), torch.float64),
+    ):
+        torch.manual_seed(0)
+        lstm = make().to(dtype)
+        dev_lstm = copy.deepcopy(lstm).to(DEVICE)
+        x = torch.randn(5, 3, 4, dtype=dtype)
+        sync()
+        kiln.metrics.reset()
+        got = dev_lstm(x.to(DEVICE))[0].cpu()
+        torch.testing.assert_close(got, lstm(x)[0], rtol=1e-5, atol=1e-6)
+        assert "aten::mkldnn_rnn_layer" not in kiln.metrics.counters()["library_kernels"]
+
+
 # ---------------------------------------------------------------- eager's errors, at the op
 
 
