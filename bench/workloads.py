@@ -1,8 +1,9 @@
 """End-to-end workloads of `make bench`.
 
 Each workload builds its state on a device and returns a `step()` callable
-that runs one iteration (without synchronizing). `scale` < 1 shrinks sizes
-for QUICK runs and the smoke test; the report says which scale was used.
+that runs one iteration (without synchronizing); a training step returns its
+loss, detached, so that a test can compare it with CPU's. `scale` < 1 shrinks
+sizes for QUICK runs and the smoke test; the report says which scale was used.
 `compile` wraps the compute the way a user would with torch.compile.
 """
 
@@ -130,8 +131,10 @@ def build_mlp_train(device, scale, compile_fn):
 
     def step():
         opt.zero_grad(set_to_none=True)
-        F.cross_entropy(fwd(x), y).backward()
+        loss = F.cross_entropy(fwd(x), y)
+        loss.backward()
         opt.step()
+        return loss.detach()
 
     return step
 
@@ -172,8 +175,10 @@ def build_gpt_train(device, scale, compile_fn):
     def step():
         opt.zero_grad(set_to_none=True)
         logits = fwd(idx)
-        F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1)).backward()
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
+        loss.backward()
         opt.step()
+        return loss.detach()
 
     return step
 
