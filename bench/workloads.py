@@ -1,8 +1,9 @@
 """End-to-end workloads of `make bench`.
 
 Each workload builds its state on a device and returns a `step()` callable
-that runs one iteration (without synchronizing). `scale` < 1 shrinks sizes
-for QUICK runs and the smoke test; the report says which scale was used.
+that runs one iteration (without synchronizing); a training step returns its
+loss, detached, so that a test can compare it with CPU's. `scale` < 1 shrinks
+sizes for QUICK runs and the smoke test; the report says which scale was used.
 `compile` wraps the compute the way a user would with torch.compile.
 """
 
@@ -130,8 +131,10 @@ def build_mlp_train(device, scale, compile_fn):
 
     def step():
         opt.zero_grad(set_to_none=True)
-        F.cross_entropy(fwd(x), y).backward()
+        loss = F.cross_entropy(fwd(x), y)
+        loss.backward()
         opt.step()
+        return loss.detach()
 
     return step
 
@@ -172,8 +175,10 @@ def build_gpt_train(device, scale, compile_fn):
     def step():
         opt.zero_grad(set_to_none=True)
         logits = fwd(idx)
-        F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1)).backward()
+        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
+        loss.backward()
         opt.step()
+        return loss.detach()
 
     return step
 
@@ -194,6 +199,202 @@ def build_varlen_infer(device, scale, compile_fn):
         with torch.no_grad():
             for idx in inputs:
                 fwd(idx)
+
+    return step
+
+
+# ---------------------------------------------------------------- memory-bound pointwise chain
+
+MEMORY_ELEMENTS = 16 * 1024 * 1024  # 64 MB per float32 tensor: well past the caches
+MEMORY_INPUTS = 3
+
+
+def _memory_fn(a, b, c):  # 8 ops, no transcendentals: a fused kernel is bound by memory, not arithmetic
+    y = a * b
+    y = y + c
+    y = torch.maximum(y, a)
+    y = y * 0.5
+    y = y - b
+    y = torch.clamp(y, -1.0, 1.0)
+    keep = c > 0.0
+    return torch.where(keep, y, a)
+
+
+def _memory_elements(scale):
+    return _n(MEMORY_ELEMENTS, scale, 1024)
+
+
+def build_memory_chain(device, scale, compile_fn):
+    g = torch.Generator().manual_seed(0)  # made on the CPU: the device's RNG differs from CPU's
+    inputs = [torch.randn(_memory_elements(scale), generator=g).to(device) for _ in range(MEMORY_INPUTS)]
+    fn = compile_fn(_memory_fn)
+    return lambda: fn(*inputs)
+
+
+def memory_chain_min_bytes(scale):
+    # each input read once, the output written once, 4 bytes each
+    return (MEMORY_INPUTS + 1) * 4 * _memory_elements(scale)
+
+
+# ---------------------------------------------------------------- LSTM language model training step
+
+
+class RNNModel(nn.Module):
+    """pytorch/examples word_language_model's RNNModel (LSTM, tied weights):
+    Embedding -> Dropout -> LSTM -> Dropout -> Linear -> log_softmax."""
+
+    def __init__(self, ntoken, ninp, nhid, nlayers, dropout):
+        super().__init__()
+        self.ntoken = ntoken
+        self.drop = nn.Dropout(dropout)
+        self.encoder = nn.Embedding(ntoken, ninp)
+        self.rnn = nn.LSTM(ninp, nhid, nlayers, dropout=dropout)
+        self.decoder = nn.Linear(nhid, ntoken)
+        self.decoder.weight = self.encoder.weight  # tied: needs ninp == nhid
+        self.nlayers, self.nhid = nlayers, nhid
+        self.init_weights()
+
+    def init_weights(self):  # as the example does
+        initrange = 0.1
+        nn.init.uniform_(self.encoder.weight, -initrange, initrange)
+        nn.init.zeros_(self.decoder.bias)
+
+    def forward(self, input, hidden):
+        emb = self.drop(self.encoder(input))
+        output, hidden = self.rnn(emb, hidden)
+        output = self.drop(output)
+        decoded = self.decoder(output).view(-1, self.ntoken)
+        return F.log_softmax(decoded, dim=1), hidden
+
+    def init_hidden(self, bsz):
+        weight = next(self.parameters())
+        return (weight.new_zeros(self.nlayers, bsz, self.nhid), weight.new_zeros(self.nlayers, bsz, self.nhid))
+
+
+LSTM_NTOKEN, LSTM_NHID, LSTM_NLAYERS = 10000, 200, 2
+LSTM_BPTT, LSTM_BATCH = 35, 10  # the example has batch 20: 10 keeps one step near 40 ms on 2 cores
+LSTM_WINDOWS = 4  # made-up text of 4 BPTT windows, cycled through
+LSTM_LR, LSTM_CLIP = 20.0, 0.25  # the example's defaults
+
+
+def build_lstm_lm_train(device, scale, compile_fn):
+    torch.manual_seed(0)
+    # Dropout 0: the device's RNG differs from CPU's, and the bench compares numbers.
+    model = RNNModel(LSTM_NTOKEN, LSTM_NHID, LSTM_NHID, LSTM_NLAYERS, dropout=0.0).to(device).train()
+    fwd = compile_fn(model)
+    # scale shrinks batch and bptt alike, so tokens per step shrink with it
+    batch = _n(LSTM_BATCH, scale**0.5, 2)
+    bptt = _n(LSTM_BPTT, scale**0.5, 4)
+    g = torch.Generator().manual_seed(1)
+    data = torch.randint(0, LSTM_NTOKEN, (LSTM_WINDOWS * bptt + 1, batch), generator=g).to(device)  # batchified
+    params = list(model.parameters())
+    state = {"hidden": model.init_hidden(batch), "i": 0}
+
+    def step():
+        i = state["i"]
+        state["i"] = (i + bptt) % (LSTM_WINDOWS * bptt)
+        x, targets = data[i : i + bptt], data[i + 1 : i + 1 + bptt].reshape(-1)
+        hidden = tuple(h.detach() for h in state["hidden"])  # repackage_hidden: truncated BPTT
+        model.zero_grad()
+        output, state["hidden"] = fwd(x, hidden)
+        loss = F.nll_loss(output, targets)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, LSTM_CLIP)
+        for p in params:
+            p.data.add_(p.grad, alpha=-LSTM_LR)
+        return loss.detach()
+
+    return step
+
+
+# ---------------------------------------------------------------- CIFAR-style ResNet training step
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False)  # no bias before BatchNorm
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.shortcut = nn.Sequential()  # identity
+        if stride != 1 or cin != cout:
+            self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = F.relu(self.bn1(self.conv1(x)))
+        return F.relu(self.bn2(self.conv2(y)) + self.shortcut(x))
+
+
+def cifar_resnet(classes=10):
+    return nn.Sequential(
+        nn.Conv2d(3, 16, 3, 1, 1, bias=False),
+        nn.BatchNorm2d(16),
+        nn.ReLU(),
+        BasicBlock(16, 16, 1),
+        BasicBlock(16, 32, 2),
+        BasicBlock(32, 64, 2),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(64, classes),
+    )
+
+
+CONVNET_BATCH = 32
+
+
+def build_convnet_train(device, scale, compile_fn):
+    torch.manual_seed(0)
+    model = cifar_resnet().to(device).train()
+    fwd = compile_fn(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)
+    batch = _n(CONVNET_BATCH, scale, 2)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(batch, 3, 32, 32, generator=g).to(device)
+    y = torch.randint(0, 10, (batch,), generator=g).to(device)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(fwd(x), y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    return step
+
+
+# ---------------------------------------------------------------- Hugging Face GPT-2 training step
+
+HF_GPT2_SEQ, HF_GPT2_BATCH, HF_GPT2_VOCAB = 128, 8, 1000
+
+
+def build_hf_gpt2_train(device, scale, compile_fn):
+    import transformers  # only this workload needs it
+
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(
+        vocab_size=HF_GPT2_VOCAB,
+        n_positions=HF_GPT2_SEQ,
+        n_embd=128,
+        n_layer=2,
+        n_head=4,
+        resid_pdrop=0.0,  # dropout off: the device's RNG differs from CPU's
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
+    model = transformers.GPT2LMHeadModel(cfg).to(device).train()  # random init, nothing downloaded
+    fwd = compile_fn(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    batch = _n(HF_GPT2_BATCH, scale, 1)
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, HF_GPT2_VOCAB, (batch, HF_GPT2_SEQ), generator=g).to(device)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = fwd(input_ids=ids, labels=ids).loss  # the model shifts the labels
+        loss.backward()
+        opt.step()
+        return loss.detach()
 
     return step
 
@@ -228,4 +429,26 @@ WORKLOADS = [
     Workload("mlp_train", "MLP 784-512-512-10 training step, batch 128, AdamW", build_mlp_train),
     Workload("gpt_train", "2-layer GPT (d=256, 4 heads, seq 128, batch 8) training step, AdamW", build_gpt_train),
     Workload("varlen_infer", "inference over 100 random sequence lengths 16..512 (the GPT above)", build_varlen_infer),
+    Workload(
+        "lstm_lm_train",
+        "word_language_model LSTM (10k tokens, 2x200, tied, bptt 35, batch 10) training step, SGD",
+        build_lstm_lm_train,
+    ),
+    Workload(
+        "convnet_train",
+        "CIFAR-style ResNet (3 BasicBlocks, BatchNorm, 3x32x32, batch 32) training step, SGD momentum",
+        build_convnet_train,
+    ),
+    Workload(
+        "hf_gpt2_train",
+        "Hugging Face GPT2LMHeadModel (2 layers, d=128, seq 128, batch 8) training step, AdamW",
+        build_hf_gpt2_train,
+    ),
+    Workload(
+        "memory_chain",
+        "8-op multiply-add/max/clamp/where chain on 3 x 16M float32 (memory-bound)",
+        build_memory_chain,
+        min_bytes=memory_chain_min_bytes,
+        ops=lambda s: 8,
+    ),
 ]
