@@ -1,4 +1,5 @@
-"""make bench's statistics, targets and run plan on made-up numbers (no child processes, no timing)."""
+"""make bench's statistics, targets, report sections and run plan on made-up numbers (no timing; the only
+children are three trivial Python processes that check how a child's result, crash or timeout is read)."""
 
 import argparse
 import os
@@ -9,6 +10,7 @@ import pytest
 from conftest import REPO
 
 sys.path.insert(0, os.path.join(REPO, "bench"))
+import report  # noqa: E402
 import run_bench  # noqa: E402
 import stats  # noqa: E402
 import targets  # noqa: E402
@@ -181,3 +183,34 @@ def test_overrides_rounds_and_compile_workloads():
     pairs = run_bench.plan(settings, ["w"])
     assert [r for r, _, c in pairs if c.compiled] == [1, 2]
     assert "torch.compile: in 2 of the 7 rounds" in run_bench.left_out("full", settings, ["w"], ["w"])
+
+
+def test_where_the_time_goes_is_rendered_only_with_breakdown_data():
+    data = made_up_run()
+    summary = stats.summarize(data)
+    assert report.breakdown_section(data, summary) == []
+    by_op = {f"op{i}": i * 1e-3 for i in range(7)}  # seconds per step
+    per_step = {"wall_s": 0.010, "host_python_s": 0.002, "fused_kernel_s": 0.004, "library_kernels_by_op": by_op}
+    for r in data["workloads"][0]["results"]["kiln_lazy"]["runs"]:
+        r["breakdown_per_step"] = per_step
+    text = "\n".join(report.breakdown_section(data, stats.summarize(data)))
+    assert "## Where the time goes (kiln lazy)" in text
+    assert "| gpt_train | 10.00 | 2.00 | — | — | — | — | 4.00 | — | — |" in text
+    assert "op6 6.00, op5 5.00, op4 4.00, op3 3.00, op2 2.00 |" in text  # the top 5, largest first
+
+
+def test_run_child_reports_a_result_a_failure_or_a_timeout():
+    env = dict(os.environ)
+    ok = "import json, sys; json.dump({'x': 1}, open(sys.argv[-1], 'w'))"
+    assert run_bench.run_child(["-c", ok], env, 60)[0] == {"x": 1}
+    crash = "import sys; print('it broke'); sys.exit(3)"
+    assert run_bench.run_child(["-c", crash], env, 60)[0] == {"skipped": "failed: exit code 3: it broke"}
+    result, wall = run_bench.run_child(["-c", "import time; time.sleep(60)"], env, 0.5)
+    assert result == {"skipped": "failed: timed out after 0.5 s"} and wall < 30
+
+
+def test_breakdown_is_divided_by_the_timed_steps():
+    import measure_one
+
+    b = {"wall_s": 2.0, "compile_s": 0, "library_kernels_by_op": {"mm": 1.0}}
+    assert measure_one.per_step(b, 4) == {"wall_s": 0.5, "compile_s": 0.0, "library_kernels_by_op": {"mm": 0.25}}
