@@ -48,7 +48,9 @@ lint: setup
 	$(PYTHON) tools/check_layering.py .
 
 # Writes bench/results/<date>-<host>.json and regenerates docs/benchmarks.md
-# and docs/img/*.png. QUICK=1: smaller sizes, under 5 minutes.
+# and docs/img/*.png. Every (workload, contender) pair runs in a fresh process,
+# interleaved over 5 rounds. QUICK=1: size scale 0.25, one round, torch.compile
+# on gpt_train only, under 5 minutes (benchmarks.md says what it left out).
 bench: install
 	@$(PYTHON) -c 'import matplotlib' 2>/dev/null || $(PYTHON) -m pip install -q matplotlib
 	$(PYTHON) bench/run_bench.py $(if $(QUICK),--quick,) --micro $(BUILD)/kiln_runtime_bench --report

@@ -1,62 +1,291 @@
 """Turns a bench/results/*.json into docs/benchmarks.md and docs/img/*.png.
+Every number on the page comes from the JSON; bench/notes.md (hand-written,
+optional) is included verbatim under "What bounds the targets not met".
 
-python bench/report.py bench/results/<file>.json [--docs docs]
+python bench/report.py bench/results/<file>.json [--docs docs] [--notes bench/notes.md]
 """
 
 import argparse
 import json
 import os
 
+import plots
+import stats
+import targets
 
-def _ms(r):
-    return r["median_s"] * 1e3
+BENCH = os.path.dirname(os.path.abspath(__file__))
+NOTES = os.path.join(BENCH, "notes.md")
+NOT_MEASURED = "not measured"
 
 
-def _fmt_ms(r):
-    if "skipped" in r:
+def ms_range(s):
+    """'median (min-max)' of a spread of seconds, in ms."""
+    if not s:
         return "—"
-    spread = (r["max_s"] - r["min_s"]) / r["median_s"] * 100 if r["median_s"] else 0
-    return f"{_ms(r):.3f} (±{spread / 2:.0f}%)"
+    return f"{s['median'] * 1e3:.3f} ({s['min'] * 1e3:.3f}-{s['max'] * 1e3:.3f})"
 
 
-def _speedup(base, other):
-    """How many times faster `other` is than `base` (>1: faster)."""
-    if "skipped" in base or "skipped" in other:
+def s_range(s):
+    if not s:
         return "—"
-    return f"{base['median_s'] / other['median_s']:.2f}×"
+    return f"{s['median']:.2f} ({s['min']:.2f}-{s['max']:.2f})"
 
 
-def _micro(data, name):
-    for b in data.get("micro", {}).get("benchmarks", []):
-        if b["name"] == name:
-            return b
-    return None
+def ratio_range(r):
+    if not r:
+        return "—"
+    return f"{r['median']:.2f}x ({r['min']:.2f}-{r['max']:.2f})"
 
 
-def _ratio(a, b):
-    """a / b of two medians, or None."""
-    if not a or not b or "median_s" not in a or "median_s" not in b:
-        return None
-    return a["median_s"] / b["median_s"]
+def mib(b):
+    return f"{b / 2**20:.1f}"
 
 
-def _check(value, ok):
-    if value is None:
-        return "—", "not measured"
-    return value, "met" if ok else "**not met**"
+def ran(data):
+    return [c for c in data["contenders"] if not c["reason"]]
+
+
+def method(data):
+    st = data.get("settings", {})
+    m = data["machine"]
+    rounds = st.get("rounds", "?")
+    start = data.get("child_startup_s", {})
+    load = data.get("load_1min")
+    startup = ", ".join(
+        f"{kind} {s['median']:.1f} s (median; {s['min']:.1f}-{s['max']:.1f})"
+        for kind, s in (("plain PyTorch", start.get("cpu")), ("with kiln", start.get("kiln")))
+        if s
+    )
+    lines = [
+        "## Method",
+        "",
+        f"- **Machine**: {m['cpu']}, {m['cores']} cores, {m['memory_GiB']} GiB; Python {m['python']}, torch "
+        f"{m.get('torch')}; {m.get('threads')} intra-op threads for every contender (`torch.set_num_threads`; "
+        "kiln's library kernels run on torch's thread pool). The machine is shared: other work on it shows up as "
+        "spread, which is why contenders are interleaved and ratios taken round by round.",
+        "- **A fresh process per (workload, contender) pair** (`bench/measure_one.py`, started by "
+        "`bench/run_bench.py`, which measures nothing itself): no process measures a second contender or a "
+        "second workload, so nothing one did (torch.compile's compiles, allocator state, warm caches) helps or "
+        "hurts the next. PyTorch contenders run without kiln loaded (`TORCH_DEVICE_BACKEND_AUTOLOAD=0`); kiln "
+        "contenders start in their mode (`KILN_MODE`) and call `kiln.set_mode` before building."
+        + (f" Start-up before a child builds anything (import torch, and kiln): {startup}." if startup else ""),
+        f"- **In each process**: build the workload, run the *first step* (cold: it includes every compile, "
+        f"torch.compile's and kiln's, and lazy imports), warm up for at least 3 steps and {st.get('warmup_s')} s, "
+        f"then time up to {st.get('reps')} steps (at least {min(3, st.get('reps') or 3)}, stopping after "
+        f"{st.get('budget_s')} s), synchronizing "
+        "the device after each step. A process reports the median, min and max of its timed steps.",
+        f"- **Interleaved rounds**: {targets.rounds(rounds)}; round 1 runs every pair once (workload by workload, the "
+        "contenders in the order of the tables), then round 2 the same, and so on. A STREAM probe (its own "
+        "process) starts each round.",
+        "- **Statistics**: a contender's time is the median over rounds of its per-process medians, with the "
+        "min-max over rounds as its spread. A ratio is computed round by round (eager CPU time / kiln time of the "
+        "same round and workload; likewise torch.compile / kiln) and reported as the median of the per-round "
+        "ratios with their min-max. Bandwidth shares are per round too (against the same round's triad).",
+        "- **torch.compile compiles cold in each of its processes**: each gets a fresh, empty "
+        "`TORCHINDUCTOR_CACHE_DIR` (removed after), so its first step is a cold compile; its steady state follows.",
+        "- After the rounds: kiln's recording overhead (one process), then the C++ micro-benchmarks "
+        "(`build/kiln_runtime_bench`), last because they churn through memory.",
+        f"- This run ({data['mode']}) took {data.get('wall_s', 0) / 60:.1f} minutes."
+        + (
+            f" The 1-minute load average when its children started: median {load['median']:.1f} "
+            f"({load['min']:.1f}-{load['max']:.1f}) on {m['cores']} cores; a load above the core count means "
+            "other work shared the CPUs."
+            if load
+            else ""
+        ),
+        "",
+    ]
+    left = data.get("left_out", [])
+    if left:
+        lines += [f"What this {data['mode']} run left out (a full `make bench` measures it):", ""]
+        lines += [f"- {x}" for x in left] + [""]
+    return lines
+
+
+def targets_section(data, notes_path):
+    rows = targets.targets(data)
+    verdict = {True: "met", False: "**not met**", None: NOT_MEASURED}
+    lines = [
+        "## Targets",
+        "",
+        "| target | wanted | measured: median of per-round values (min-max) | verdict |",
+        "|---|---|---|---|",
+    ]
+    lines += [f"| {r['target']} | {r['wanted']} | {r['measured']} | {verdict[r['met']]} |" for r in rows]
+    lines.append("")
+    if notes_path and os.path.exists(notes_path):
+        with open(notes_path) as fh:
+            notes = fh.read().strip()
+        lines += ["### What bounds the targets not met", "", notes, ""]
+    return lines
+
+
+def e2e_section(data, summary):
+    contenders = ran(data)
+    lines = [
+        "## End-to-end workloads",
+        "",
+        "Steady-state milliseconds per step: median over rounds of the per-process medians (min-max over rounds):",
+        "",
+        "| workload | " + " | ".join(c["label"] for c in contenders) + " |",
+        "|---|" + "---|" * len(contenders),
+    ]
+    for w in data["workloads"]:
+        cs = summary[w["name"]]["contenders"]
+        cells = [ms_range(cs.get(c["key"]) and cs[c["key"]]["time_s"]) for c in contenders]
+        lines.append(f"| {w['name']} | " + " | ".join(cells) + " |")
+    names = [
+        ("kiln_eager_vs_cpu_eager", "kiln eager vs eager CPU"),
+        ("kiln_lazy_vs_cpu_eager", "kiln lazy vs eager CPU"),
+        ("kiln_lazy_vs_cpu_compile", "kiln lazy vs torch.compile"),
+        ("kiln_lazy_vs_kiln_eager", "kiln lazy vs kiln eager"),
+    ]
+    lines += [
+        "",
+        "Speed-ups (>1x: kiln faster), median of the per-round ratios (min-max):",
+        "",
+        "| workload | " + " | ".join(label for _, label in names) + " |",
+        "|---|" + "---|" * len(names),
+    ]
+    for w in data["workloads"]:
+        r = summary[w["name"]]["ratios"]
+        lines.append(f"| {w['name']} | " + " | ".join(ratio_range(r.get(k)) for k, _ in names) + " |")
+    lines += [
+        "",
+        "First step, seconds (cold process: compiles included), median over rounds (min-max):",
+        "",
+        "| workload | " + " | ".join(c["label"] for c in contenders) + " |",
+        "|---|" + "---|" * len(contenders),
+    ]
+    for w in data["workloads"]:
+        cs = summary[w["name"]]["contenders"]
+        cells = [s_range(cs.get(c["key"]) and cs[c["key"]]["first_s"]) for c in contenders]
+        lines.append(f"| {w['name']} | " + " | ".join(cells) + " |")
+    lines += ["", "Workloads:", ""] + [f"- `{w['name']}`: {w['description']}" for w in data["workloads"]] + [""]
+    return lines + skipped_section(data)
+
+
+def skipped_section(data):
+    """Contenders without numbers on a workload, and why (a contender that cannot run, or failed in every round)."""
+    why = {}
+    for w in data["workloads"]:
+        for key, res in w["results"].items():
+            reasons = [res["skipped"]] if "skipped" in res else []
+            if "runs" in res and not any("median_s" in r for r in res["runs"]):
+                reasons = sorted({r.get("skipped", "no result") for r in res["runs"]})
+            for reason in reasons:
+                why.setdefault((key, reason), []).append(w["name"])
+    failed_rounds = [
+        f"{w['name']} / {key}, round {r['round']}: {r['skipped']}"
+        for w in data["workloads"]
+        for key, res in w["results"].items()
+        if any("median_s" in x for x in res.get("runs", []))
+        for r in res.get("runs", [])
+        if "skipped" in r
+    ]
+    lines = []
+    if why:
+        labels = {c["key"]: c["label"] for c in data["contenders"]}
+        lines += ["Contenders without numbers, and why:", "", "| contender | workloads | why |", "|---|---|---|"]
+        for (key, reason), names in why.items():
+            which = "all" if len(names) == len(data["workloads"]) else ", ".join(names)
+            lines.append(f"| {labels.get(key, key)} | {which} | {reason} |")
+        lines.append("")
+    if failed_rounds:
+        lines += ["Rounds that failed (the pair's numbers come from its other rounds):", ""]
+        lines += [f"- {x}" for x in failed_rounds] + [""]
+    return lines
+
+
+def memory_section(data, summary):
+    lines = [
+        "## Peak device memory",
+        "",
+        "Peak bytes allocated on the device during the timed steps (`torch.neuron.reset_peak_memory_stats()` after "
+        "the warm-up, `torch.neuron.max_memory_allocated()` after the timed steps), median over rounds, MiB:",
+        "",
+        "| workload | kiln eager | kiln lazy | lazy / eager |",
+        "|---|---|---|---|",
+    ]
+    for w in data["workloads"]:
+        cs = summary[w["name"]]["contenders"]
+        eager = cs.get("kiln_eager") and cs["kiln_eager"]["peak_bytes"]
+        lazy = cs.get("kiln_lazy") and cs["kiln_lazy"]["peak_bytes"]
+        share = f"{lazy['median'] / eager['median']:.2f}" if eager and lazy and eager["median"] else "—"
+        lines.append(
+            f"| {w['name']} | {mib(eager['median']) if eager else '—'} | {mib(lazy['median']) if lazy else '—'} "
+            f"| {share} |"
+        )
+    return lines + [""]
+
+
+BREAKDOWN = [
+    ("wall_s", "wall"),
+    ("host_python_s", "host Python"),
+    ("host_record_s", "host recording"),
+    ("flush_s", "flush"),
+    ("compile_s", "compile"),
+    ("host_wait_s", "host wait"),
+    ("fused_kernel_s", "fused kernels"),
+    ("library_kernel_s", "library kernels"),
+    ("device_idle_s", "device idle"),
+]
+
+
+def breakdown_section(data, summary):
+    """Where kiln lazy's time goes (kiln.metrics.breakdown() over the timed steps); only when measured."""
+    rows = []
+    for w in data["workloads"]:
+        lazy = summary[w["name"]]["contenders"].get("kiln_lazy")
+        b = lazy and lazy["breakdown_per_step"]
+        if not b:
+            continue
+        top = sorted(b.get("library_kernels_by_op", {}).items(), key=lambda kv: -kv[1])[:5]
+        ops = ", ".join(f"{op} {s * 1e3:.2f}" for op, s in top) or "—"
+        cells = [f"{b[k] * 1e3:.2f}" if k in b else "—" for k, _ in BREAKDOWN]
+        rows.append(f"| {w['name']} | " + " | ".join(cells) + f" | {ops} |")
+    if not rows:
+        return []
+    return [
+        "## Where the time goes (kiln lazy)",
+        "",
+        "Milliseconds per timed step from `kiln.metrics.breakdown()` (reset after the warm-up), median over rounds; "
+        "the last column is the library kernels' five largest ops:",
+        "",
+        "| workload | " + " | ".join(label for _, label in BREAKDOWN) + " | top library kernels (ms) |",
+        "|---|" + "---|" * (len(BREAKDOWN) + 1),
+        *rows,
+        "",
+    ]
+
+
+def machine_section(data):
+    s = data["stream"]
+    triads = stats.spread(r.get("triad_GBps") for r in s.get("rounds", []))
+    copies = stats.spread(r.get("copy_GBps") for r in s.get("rounds", []))
+    lines = ["## Machine limits", ""]
+    if triads and copies:
+        lines.append(
+            f"STREAM-like, on the CPU with all threads, one process per round: copy **{copies['median']:.1f} GB/s** "
+            f"({copies['min']:.1f}-{copies['max']:.1f}), triad **{triads['median']:.1f} GB/s** "
+            f"({triads['min']:.1f}-{triads['max']:.1f}), {s['elements']:,} float32 per array."
+        )
+    else:
+        lines.append(f"STREAM: {NOT_MEASURED}.")
+    lines += ["", chain_ceiling(data, triads and triads["median"]), ""]
+    return lines
 
 
 def chain_ceiling(data, triad):
-    """Why the chain's share of the triad is what it is: the same kernel's speed
-    with no memory traffic at all (micro-benchmarks of this run)."""
-    l1 = _micro(data, "BM_FusedChainKernel/7/4096")
-    big = _micro(data, "BM_StreamingStores/7/2")
+    """The pointwise chain's ceiling: its kernel's speed with no memory traffic (micro-benchmarks of this run)."""
+    l1 = targets.micro(data, targets.CEILING_BENCHMARK)
+    big = targets.micro(data, "BM_StreamingStores/7/2")
+    ceiling = targets.chain_ceiling_GBps(data)
+    if ceiling is None or not big or "streaming_ms" not in big or not triad:
+        return "The chain's compute ceiling was not measured in this run (micro-benchmarks missing)."
     threads = data["machine"]["threads"]
-    if not l1 or "bytes_per_second" not in l1 or not big or "streaming_ms" not in big:
-        return "- The chain's compute ceiling was not measured in this run (micro-benchmarks missing)."
-    ceiling = l1["bytes_per_second"] * threads / 1e9
     kernel = 8 * (4 << 20) / (big["streaming_ms"] * 1e-3) / 1e9
-    peak = _micro(data, "BM_VectorFmaPeak")
+    peak = targets.micro(data, "BM_VectorFmaPeak")
     peak_text = (
         f" The CPU's peak is {peak['items_per_second'] / 1e9:.2f} G 512-bit FMAs per second per thread "
         "(`BM_VectorFmaPeak`)."
@@ -64,159 +293,41 @@ def chain_ceiling(data, triad):
         else ""
     )
     return (
-        f"- The pointwise chain is compute-bound, not memory-bound. Its compiled kernel over 4,096 floats "
-        f"that stay in L1 (no memory traffic) moves {l1['bytes_per_second'] / 1e9:.1f} GB/s-equivalent on one "
-        f"thread (`BM_FusedChainKernel/7/4096`), so at most {ceiling:.1f} GB/s on {threads}: "
-        f"**{100 * ceiling / triad:.0f}% of the triad** is this kernel's ceiling, whatever the memory does. "
-        f"Over the benchmark's 4M elements on {threads} threads the kernel alone reaches {kernel:.1f} GB/s "
-        f"({100 * kernel / triad:.0f}%, `BM_StreamingStores/7/2`).{peak_text} docs/fusion.md (\"The chain's "
-        'compute ceiling") counts the vector operations its sin, exp and tanh take, and what the 70% target '
-        "would need."
+        f"The pointwise chain's compute ceiling: its compiled kernel over 4,096 floats that stay in L1 (no memory "
+        f"traffic) moves {l1['bytes_per_second'] / 1e9:.1f} GB/s-equivalent on one thread "
+        f"(`{targets.CEILING_BENCHMARK}`), so at most **{ceiling:.1f} GB/s on {threads} threads** "
+        f"({100 * ceiling / triad:.0f}% of the triad), whatever the memory does. Over 4M elements on {threads} "
+        f"threads the kernel alone reaches {kernel:.1f} GB/s ({100 * kernel / triad:.0f}% of the triad, "
+        f'`BM_StreamingStores/7/2`).{peak_text} docs/fusion.md ("The chain\'s compute ceiling") counts the vector '
+        "operations its sin, exp and tanh take."
     )
 
 
-def lazy_section(data):
-    """The lazy-mode targets of issue 4, each with the number this run measured."""
-    w = {x["name"]: x["results"] for x in data["workloads"]}
-    rows = []
-    chain = w.get("pointwise_chain", {})
-    r = _ratio(chain.get("cpu_eager"), chain.get("kiln_lazy"))
-    rows.append(("8-op pointwise chain, lazy vs eager CPU", ">= 3x") + _check(r and f"{r:.2f}x", r and r >= 3))
-    r = _ratio(chain.get("cpu_compile"), chain.get("kiln_lazy"))
-    rows.append(
-        ("8-op pointwise chain, lazy vs torch.compile steady state", ">= 1x") + _check(r and f"{r:.2f}x", r and r >= 1)
-    )
-    off, on = w.get("adamw_foreach_off", {}), w.get("adamw_foreach_on", {})
-    r = _ratio(off.get("cpu_eager"), off.get("kiln_lazy"))
-    rows.append(("AdamW step (foreach off), lazy vs eager CPU", ">= 2x") + _check(r and f"{r:.2f}x", r and r >= 2))
-    r = _ratio(on.get("cpu_eager"), off.get("kiln_lazy"))
-    rows.append(
-        ("AdamW step (foreach off) lazy vs eager CPU with foreach on", "> 1x") + _check(r and f"{r:.2f}x", r and r > 1)
-    )
-    comp = data.get("compile", {})
-    med, p99 = comp.get("median_ms"), comp.get("p99_ms")
-    wall = (
-        (f" (wall {comp['wall_median_ms']:.1f} ms)", f" (wall {comp['wall_p99_ms']:.1f} ms)")
-        if comp.get("wall_p99_ms") is not None
-        else ("", "")
-    )
-    rows.append(
-        (
-            f"compile time per region (CPU time of the compiling thread), median "
-            f"({comp.get('regions', 0)} regions compiled in this run)",
-            "<= 15 ms",
-        )
-        + _check(med and f"{med:.1f} ms{wall[0]}", med is not None and med <= 15)
-    )
-    rows.append(
-        ("compile time per region (CPU time), 99th percentile", "<= 60 ms")
-        + _check(p99 and f"{p99:.1f} ms{wall[1]}", p99 is not None and p99 <= 60)
-    )
-    rec = data.get("recording", {})
-    ov = rec.get("overhead_us_per_op")
-    rows.append(
-        (
-            "recording overhead per op above PyTorch eager CPU (1-element tensors; "
-            f"{rec.get('kiln_lazy_record_us_per_op', 0):.2f} vs {rec.get('cpu_eager_us_per_op', 0):.2f} µs)",
-            "<= 1.5 µs",
-        )
-        + _check(ov is not None and f"{ov:.2f} µs", ov is not None and ov <= 1.5)
-    )
-    triad = data["stream"]["triad_GBps"]
-    lazy = chain.get("kiln_lazy")
-    bytes_ = next((x.get("min_bytes") for x in data["workloads"] if x["name"] == "pointwise_chain"), None)
-    share = bytes_ / lazy["median_s"] / 1e9 / triad if lazy and "median_s" in lazy and bytes_ else None
-    rows.append(
-        ("fused pointwise chain bandwidth, share of triad", ">= 70%")
-        + _check(share is not None and f"{share * 100:.0f}%", share is not None and share >= 0.7)
-    )
-    peak = data.get("peak_memory", {})
-    ok = "lazy" in peak and "eager" in peak
-    rows.append(
-        ("pointwise chain peak device memory, lazy vs eager", "lazy <= eager")
-        + _check(
-            ok and f"{peak['lazy'] / 2**20:.1f} vs {peak['eager'] / 2**20:.1f} MiB",
-            ok and peak["lazy"] <= peak["eager"],
-        )
-    )
-    out = [
-        "## Lazy mode (issue 4 targets)",
-        "",
-        "Each value is from this run; ratios compare medians measured side by side.",
-        "",
-        "| target | wanted | measured | verdict |",
-        "|---|---|---|---|",
-    ]
-    out += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows]
-    out += [
-        "",
-        "Reading these on a shared 2-core VM:",
-        "",
-        "- Compile time is the compiling thread's CPU time: a flush compiles while kernels launched "
-        "before it run on the same cores, which stretches the wall time (shown beside it) without "
-        "making the compile any larger.",
-        chain_ceiling(data, triad),
-        "- Recording overhead is measured after all workloads, alternately with eager CPU, best of 7. It "
-        "scales with the host's speed (see the eager time beside it). A recorded op keeps its trace node's "
-        "lists inline (`kiln::InlineVector`), so it goes to the heap about as often as an eager CPU op.",
-        "",
-    ]
-    return out
-
-
-def markdown(data, png_names):
-    m = data["machine"]
-    ran = [c for c in data["contenders"] if not c["reason"]]
-    lines = [
-        "# Benchmarks",
-        "",
-        f"Produced by `make bench{' QUICK=1' if data['mode'] == 'quick' else ''}` on {data['date']} "
-        f"(mode: {data['mode']}, size scale {data['scale']}). Every number on this page comes from "
-        f"that one run: `bench/results/{os.path.basename(data.get('_file', ''))}`.",
-        "",
-        f"Machine: {m['cpu']}, {m['cores']} cores, {m['memory_GiB']} GiB; Python {m['python']}, torch {m['torch']}; "
-        f"{m['threads']} intra-op threads for every contender (`torch.set_num_threads`; kiln's library kernels "
-        f"run on torch's thread pool).",
-        "",
-        "Method: each workload is built per contender, run once (the *first call*, which includes "
-        f"torch.compile's compilation), warmed up for at least 3 iterations and {data.get('warmup_s', 0)} s, then "
-        f"timed per iteration (up to {data.get('reps', '?')} iterations), synchronizing the device after "
-        "each; tables give the median and half the min–max spread. torch.compile compiles cold (a fresh Inductor "
-        "cache directory per run). The C++ micro-benchmarks run after the end-to-end workloads. "
-        "Ratios are speedups of the right-hand "
-        "contender over the left-hand one (>1× means kiln is faster), from the same run.",
-        "",
-        "## Machine limits",
-        "",
-        f"STREAM-like, on the CPU with all threads: copy **{data['stream']['copy_GBps']:.1f} GB/s**, "
-        f"triad **{data['stream']['triad_GBps']:.1f} GB/s** ({data['stream']['elements']:,} float32 per array).",
-        "",
-    ]
-    # ---- launch overhead
-    storm = next((w for w in data["workloads"] if w["name"] == "small_op_storm"), None)
-    lines += ["## Launch overhead", ""]
+def launch_section(data, summary):
+    lines = ["## Launch overhead", ""]
+    storm = targets.workload(data, "small_op_storm")
     if storm and storm.get("ops"):
         ops = storm["ops"]
-        rows = []
-        for c in data["contenders"]:
-            r = storm["results"].get(c["key"], {})
-            if "median_s" in r:
-                rows.append(f"| {c['label']} | {r['median_s'] / ops * 1e6:.2f} |")
-        lines += (
-            [
-                f"Per-op time in the small-op storm ({ops} dependent ops on 256-element float32 tensors, "
-                "end to end including the final synchronization):",
-                "",
-                "| contender | µs per op |",
-                "|---|---|",
-            ]
-            + rows
-            + [""]
-        )
-    empty = _micro(data, "BM_EmptyLaunchSync")
-    thr1 = _micro(data, "BM_QueueThroughput/1024/real_time/threads:1")
-    thr2 = _micro(data, "BM_QueueThroughput/1024/real_time/threads:2")
-    if empty:
+        lines += [
+            f"Per-op time in the small-op storm ({ops} dependent ops on 256-element float32 tensors, end to end "
+            "including the final synchronization), median over rounds (min-max):",
+            "",
+            "| contender | µs per op |",
+            "|---|---|",
+        ]
+        for c in ran(data):
+            s = summary["small_op_storm"]["contenders"].get(c["key"])
+            if s:
+                t = s["time_s"]
+                lines.append(
+                    f"| {c['label']} | {t['median'] / ops * 1e6:.2f} ({t['min'] / ops * 1e6:.2f}-"
+                    f"{t['max'] / ops * 1e6:.2f}) |"
+                )
+        lines.append("")
+    empty = targets.micro(data, "BM_EmptyLaunchSync")
+    thr1 = targets.micro(data, "BM_QueueThroughput/1024/real_time/threads:1")
+    thr2 = targets.micro(data, "BM_QueueThroughput/1024/real_time/threads:2")
+    if empty and thr1:
         lines.append(
             f"Runtime alone (C++, `bench/runtime_bench.cpp`): an empty launch plus synchronize takes "
             f"**{empty['real_time'] / 1e3 if empty['time_unit'] == 'ns' else empty['real_time']:.2f} µs**; "
@@ -224,154 +335,131 @@ def markdown(data, png_names):
             + (f" and {thr2['items_per_second'] / 1e6:.2f} M launches/s from two" if thr2 else "")
             + "."
         )
-        lines.append("")
-        lines += ["| micro-benchmark | time | throughput |", "|---|---|---|"]
+        lines += ["", "| micro-benchmark | time | throughput |", "|---|---|---|"]
         for b in data["micro"]["benchmarks"]:
-            tp = ""
-            if "cached_ms" in b:  # BM_StreamingStores: both variants, alternately
-                tp = f"cached stores {b['cached_ms']:.2f} ms, streaming {b['streaming_ms']:.2f} ms: {b['speedup']:.2f}x"
-            elif "vscalef_us" in b:  # BM_ExpScaling: both variants, alternately
-                tp = (
-                    f"portable scaling {b['portable_us']:.2f} µs, vscalefps {b['vscalef_us']:.2f} µs: "
-                    f"{b['speedup']:.2f}x"
-                )
-            elif "items_per_second" in b:
-                tp = f"{b['items_per_second'] / 1e6:.2f} M items/s"
-            elif "bytes_per_second" in b:
-                tp = f"{b['bytes_per_second'] / 1e9:.2f} GB/s"
-            lines.append(f"| `{b['name']}` | {b['real_time']:.1f} {b['time_unit']} | {tp} |")
+            lines.append(f"| `{b['name']}` | {b['real_time']:.1f} {b['time_unit']} | {micro_throughput(b)} |")
         lines.append("")
-    # ---- lazy mode: the issue-4 targets, each a ratio from this run
-    lines += lazy_section(data)
-    # ---- end to end
-    lines += ["## End-to-end workloads", "", "Median milliseconds per iteration:", ""]
-    header = (
-        "| workload | "
-        + " | ".join(c["label"] for c in ran)
-        + " | kiln eager vs eager CPU | kiln lazy vs eager CPU | kiln lazy vs torch.compile | "
-        "torch.compile first call (s) | kiln lazy first call (s) |"
-    )
-    lines += [header, "|" + "---|" * (len(ran) + 6)]
-    for w in data["workloads"]:
-        res = w["results"]
-        cells = [_fmt_ms(res.get(c["key"], {"skipped": ""})) for c in ran]
-        first = res.get("cpu_compile", {})
-        first_s = f"{first['first_s']:.1f}" if "first_s" in first else "—"
-        lazy_first = res.get("kiln_lazy", {})
-        lazy_first_s = f"{lazy_first['first_s']:.2f}" if "first_s" in lazy_first else "—"
-        skip = {"skipped": 1}
-        lines.append(
-            f"| {w['name']} | "
-            + " | ".join(cells)
-            + f" | {_speedup(res.get('cpu_eager', skip), res.get('kiln_eager', skip))}"
-            f" | {_speedup(res.get('cpu_eager', skip), res.get('kiln_lazy', skip))}"
-            f" | {_speedup(res.get('cpu_compile', skip), res.get('kiln_lazy', skip))}"
-            f" | {first_s} | {lazy_first_s} |"
+    return lines
+
+
+def micro_throughput(b):
+    if "cached_ms" in b:  # BM_StreamingStores: both variants, alternately
+        return f"cached stores {b['cached_ms']:.2f} ms, streaming {b['streaming_ms']:.2f} ms: {b['speedup']:.2f}x"
+    if "vscalef_us" in b:  # BM_ExpScaling: both variants, alternately
+        return f"portable scaling {b['portable_us']:.2f} µs, vscalefps {b['vscalef_us']:.2f} µs: {b['speedup']:.2f}x"
+    if "items_per_second" in b:
+        return f"{b['items_per_second'] / 1e6:.2f} M items/s"
+    if "bytes_per_second" in b:
+        return f"{b['bytes_per_second'] / 1e9:.2f} GB/s"
+    return ""
+
+
+def compile_and_recording_section(data):
+    """Issue 4's limits on compile time and recording overhead, with this run's values."""
+    comp = data.get("compile", {})
+    rec = data.get("recording", {})
+    rows = []
+    for what, key, limit in (("median", "median_ms", 15), ("99th percentile", "p99_ms", 60)):
+        v, wall = comp.get(key), comp.get(f"wall_{key}")
+        value = f"{v:.1f} ms (wall {wall:.1f} ms)" if v is not None and wall is not None else NOT_MEASURED
+        verdict = NOT_MEASURED if v is None else ("met" if v <= limit else "**not met**")
+        rows.append(
+            f"| compile time per region (CPU time of the compiling thread), {what} | <= {limit} ms | {value} "
+            f"| {verdict} |"
         )
-    lines += ["", "Workloads:", ""] + [f"- `{w['name']}`: {w['description']}" for w in data["workloads"]] + [""]
-    skipped = {}
-    for w in data["workloads"]:
-        for key, r in w["results"].items():
-            if "skipped" in r:
-                skipped.setdefault((key, r["skipped"]), []).append(w["name"])
-    if skipped:
-        labels = {c["key"]: c["label"] for c in data["contenders"]}
-        lines += ["Contenders without numbers, and why:", "", "| contender | workloads | why |", "|---|---|---|"]
-        for (key, why), names in skipped.items():
-            which = "all" if len(names) == len(data["workloads"]) else ", ".join(names)
-            lines.append(f"| {labels.get(key, key)} | {which} | {why} |")
-        lines.append("")
-    # ---- bandwidth
-    triad = data["stream"]["triad_GBps"]
-    bw_rows = []
+    ov = rec.get("overhead_us_per_op")
+    value = (
+        f"{ov:.2f} µs ({rec['kiln_lazy_record_us_per_op']:.2f} vs {rec['cpu_eager_us_per_op']:.2f} µs)"
+        if ov is not None
+        else NOT_MEASURED
+    )
+    verdict = NOT_MEASURED if ov is None else ("met" if ov <= 1.5 else "**not met**")
+    rows.append(
+        f"| recording overhead per op above PyTorch eager CPU (1-element tensors) | <= 1.5 µs | {value} | {verdict} |"
+    )
+    return [
+        "## Compile time and recording overhead",
+        "",
+        f"Compile times are those of every region the kiln lazy processes compiled ({comp.get('regions', 0)} "
+        "compiles: each process compiles its regions cold, so a region counts once per round). The compiling "
+        "thread's CPU time is the measure; wall time, beside it, also counts the kernels launched before the "
+        "flush that share the cores meanwhile. Recording overhead: PyTorch eager CPU and kiln lazy recording "
+        "alternately in one process of their own, best of 7.",
+        "",
+        "| measurement | limit (issue 4) | measured | verdict |",
+        "|---|---|---|---|",
+        *rows,
+        "",
+    ]
+
+
+def bandwidth_section(data, summary):
+    triads = {r["round"]: r["triad_GBps"] for r in data["stream"].get("rounds", []) if "triad_GBps" in r}
+    rows = []
     for w in data["workloads"]:
         if not w.get("min_bytes"):
             continue
-        for c in ran:
-            r = w["results"].get(c["key"], {})
-            if "median_s" in r:
-                gbps = w["min_bytes"] / r["median_s"] / 1e9
-                bw_rows.append(f"| {w['name']} | {c['label']} | {gbps:.1f} | {100 * gbps / triad:.0f}% |")
-    if bw_rows:
-        lines += (
-            [
-                "## Achieved bandwidth of memory-bound workloads",
-                "",
-                "Bytes a fully fused kernel must move (read inputs once, write outputs once) divided by the "
-                "median time, as a share of the triad bandwidth above:",
-                "",
-                "| workload | contender | GB/s | share of triad |",
-                "|---|---|---|---|",
-            ]
-            + bw_rows
-            + [""]
-        )
+        for c in ran(data):
+            runs = stats.runs_of(w, c["key"])
+            s = summary[w["name"]]["contenders"].get(c["key"])
+            share = stats.share_per_round(runs, w["min_bytes"], triads) if triads else None
+            if s and share:
+                gbps = w["min_bytes"] / s["time_s"]["median"] / 1e9
+                rows.append(
+                    f"| {w['name']} | {c['label']} | {gbps:.1f} | {100 * share['median']:.0f}% "
+                    f"({100 * share['min']:.0f}-{100 * share['max']:.0f}%) |"
+                )
+    if not rows:
+        return []
+    return [
+        "## Achieved bandwidth of memory-bound workloads",
+        "",
+        "Bytes a fully fused kernel must move (read inputs once, write outputs once) divided by the median time; "
+        "the share of the triad is taken round by round (median, min-max):",
+        "",
+        "| workload | contender | GB/s | share of triad |",
+        "|---|---|---|---|",
+        *rows,
+        "",
+    ]
+
+
+def markdown(data, png_names, notes_path=NOTES):
+    summary = stats.summarize(data)
+    lines = [
+        "# Benchmarks",
+        "",
+        f"Produced by `make bench{' QUICK=1' if data['mode'] == 'quick' else ''}` on {data['date']} "
+        f"(mode: {data['mode']}, size scale {data['scale']}). Every number on this page comes from that one run: "
+        f"`bench/results/{os.path.basename(data.get('_file', ''))}` (its per-round raw data included).",
+        "",
+    ]
+    lines += method(data)
+    lines += targets_section(data, notes_path)
+    lines += e2e_section(data, summary)
+    lines += memory_section(data, summary)
+    lines += breakdown_section(data, summary)
+    lines += machine_section(data)
+    lines += launch_section(data, summary)
+    lines += compile_and_recording_section(data)
+    lines += bandwidth_section(data, summary)
     if png_names:
         lines += ["## Plots", ""] + [f"![{n}](img/{n})" for n in png_names] + [""]
     return "\n".join(lines)
 
 
-def plots(data, img_dir):
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return []
-    os.makedirs(img_dir, exist_ok=True)
-    ran = [c for c in data["contenders"] if not c["reason"]]
-    names = [w["name"] for w in data["workloads"]]
-    fig, ax = plt.subplots(figsize=(11, 5))
-    width = 0.8 / max(1, len(ran))
-    for i, c in enumerate(ran):
-        vals = [w["results"].get(c["key"], {}).get("median_s", float("nan")) * 1e3 for w in data["workloads"]]
-        ax.bar([x + i * width for x in range(len(names))], vals, width, label=c["label"])
-    ax.set_xticks([x + width * (len(ran) - 1) / 2 for x in range(len(names))], names, rotation=20, ha="right")
-    ax.set_yscale("log")
-    ax.set_ylabel("median ms per iteration (log)")
-    ax.set_title(f"End-to-end time by workload ({data['mode']} run, {data['date'][:10]})")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(os.path.join(img_dir, "e2e.png"), dpi=90)
-    plt.close(fig)
-    out = ["e2e.png"]
-    storm = next((w for w in data["workloads"] if w["name"] == "small_op_storm"), None)
-    if storm and storm.get("ops"):
-        labels, vals = [], []
-        for c in ran:
-            r = storm["results"].get(c["key"], {})
-            if "median_s" in r:
-                labels.append(c["label"])
-                vals.append(r["median_s"] / storm["ops"] * 1e6)
-        empty = _micro(data, "BM_EmptyLaunchSync")
-        if empty:
-            labels.append("kiln runtime alone\n(empty launch + sync)")
-            vals.append(empty["real_time"] / 1e3)
-        fig, ax = plt.subplots(figsize=(8, 4))
-        ax.barh(labels, vals, color="tab:orange")
-        ax.set_xlabel("µs per op")
-        ax.set_title("Per-op time on tiny tensors (small-op storm)")
-        fig.tight_layout()
-        fig.savefig(os.path.join(img_dir, "launch_overhead.png"), dpi=90)
-        plt.close(fig)
-        out.append("launch_overhead.png")
-    return out
-
-
 def main(argv=None):
     parser = argparse.ArgumentParser()
     parser.add_argument("result")
-    parser.add_argument(
-        "--docs", default=os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs")
-    )
+    parser.add_argument("--docs", default=os.path.join(os.path.dirname(BENCH), "docs"))
+    parser.add_argument("--notes", default=NOTES, help="hand-written notes on the targets not met (optional)")
     args = parser.parse_args(argv)
     with open(args.result) as fh:
         data = json.load(fh)
     data["_file"] = args.result
-    pngs = plots(data, os.path.join(args.docs, "img"))
+    pngs = plots.plots(data, stats.summarize(data), os.path.join(args.docs, "img"))
     with open(os.path.join(args.docs, "benchmarks.md"), "w") as fh:
-        fh.write(markdown(data, pngs))
+        fh.write(markdown(data, pngs, args.notes))
     print(f"wrote {os.path.join(args.docs, 'benchmarks.md')}")
 
 

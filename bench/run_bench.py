@@ -1,165 +1,176 @@
 """`make bench`: measures kiln against PyTorch eager CPU and torch.compile (CPU),
-side by side in one run, and the machine's memory bandwidth; writes
-bench/results/<date>-<host>.json. bench/report.py turns it into
-docs/benchmarks.md and docs/img/*.png.
+and the machine's memory bandwidth; writes bench/results/<date>-<host>.json.
+bench/report.py turns it into docs/benchmarks.md and docs/img/*.png.
 
-    python bench/run_bench.py [--quick] [--smoke] [--micro build/kiln_runtime_bench] [--out FILE]
+    python bench/run_bench.py [--quick | --smoke] [--only w1,w2] [--rounds N] [--compile-on all|w1,w2]
+                              [--compile-rounds N] [--jobs N (smoke only)] [--micro build/kiln_runtime_bench]
+                              [--out FILE] [--report]
+
+Every (workload, contender) pair runs in a fresh process (bench/measure_one.py),
+so nothing one contender did (torch.compile's compiles, allocator state, warm
+caches, another workload) is in the process that measures the next. Pairs are
+interleaved over rounds: round 1 runs every pair once, round 2 again, and so
+on, so each contender sees the machine's load of every phase of the run.
+bench/stats.py turns the rounds into medians and per-round ratios.
+
+This process measures nothing: it starts children and collects their JSON.
 """
 
 import argparse
+import concurrent.futures
 import datetime
 import json
 import os
 import platform
+import shutil
+import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import traceback
 
-# torch.compile's "first call" is a cold compile: a fresh Inductor cache for
-# every run (set before torch reads its configuration).
-os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", tempfile.mkdtemp(prefix="kiln-bench-inductor-"))
+BENCH = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, BENCH)
+import stats  # noqa: E402
+from contenders import BY_KEY, CONTENDERS  # noqa: E402
 
-import torch  # noqa: E402
+# Per mode: workload size scale, rounds, the child's warm-up (seconds, 3 steps
+# at least), timed steps (at most `reps`, stopping after `budget_s` once 3 are
+# in), where torch.compile runs ("all" or a tuple of workloads) and in how many
+# rounds, the STREAM array size, and how long one child may take.
+#
+# Sized from costs measured on the 2-core VM (Dec 2026, other work running):
+# a child costs ~3.5-4 s before its first step even on tiny sizes (import
+# torch 1.3-2 s; the first device randn or optimizer step imports
+# torch._dynamo, 1.5-2 s more), and torch.compile's cold compile 15-55 s per
+# workload and process at scale 1 (~30 s for gpt_train at scale 0.25).
+# - quick: 12 workloads x 3 contenders x ~4.5 s is ~160 s a round, so one
+#   round, and torch.compile only on gpt_train (its one acceptance target).
+# - full: every contender 5 rounds; with 12 workloads that is ~4 minutes of
+#   PyTorch and kiln processes and ~5-8 minutes of cold compiles per round.
+MODES = {
+    "smoke": {
+        "scale": 0.002,
+        "rounds": 1,
+        "warmup_s": 0.0,
+        "reps": 2,
+        "budget_s": 0.1,
+        "compile_on": (),
+        "compile_rounds": 0,
+        "stream_elements": 1 << 16,
+        "child_timeout_s": 300,
+    },
+    "quick": {
+        "scale": 0.25,
+        "rounds": 1,
+        "warmup_s": 0.3,
+        "reps": 5,
+        "budget_s": 0.3,
+        "compile_on": ("gpt_train",),
+        "compile_rounds": 1,
+        "stream_elements": 1 << 24,
+        "child_timeout_s": 600,
+    },
+    "full": {
+        "scale": 1.0,
+        "rounds": 5,
+        "warmup_s": 1.0,
+        "reps": 10,
+        "budget_s": 1.0,
+        "compile_on": "all",
+        "compile_rounds": 5,
+        "stream_elements": 1 << 26,
+        "child_timeout_s": 1800,
+    },
+}
 
-import kiln  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import workloads  # noqa: E402
-
-DEVICE = torch._C._get_privateuse1_backend_name()
-
-
-def _identity(fn):
-    return fn
-
-
-def _compiled(fn):
-    return torch.compile(fn)
-
-
-NO_CACHE = "not built yet: the persistent executable cache is the next issue"
-
-# (key, label, device, compile function or None, reason it cannot run, kiln mode)
-CONTENDERS = [
-    ("cpu_eager", "PyTorch eager, CPU", "cpu", _identity, None, None),
-    ("cpu_compile", "torch.compile (Inductor), CPU", "cpu", _compiled, None, None),
-    ("kiln_eager", "kiln eager (one launch per op)", DEVICE, _identity, None, "eager"),
-    ("kiln_lazy", "kiln lazy (fused, compiled)", DEVICE, _identity, None, "lazy"),
-    ("kiln_lazy_cold", "kiln lazy, cold persistent cache", DEVICE, None, NO_CACHE, None),
-    ("kiln_lazy_warm", "kiln lazy, warm persistent cache", DEVICE, None, NO_CACHE, None),
-]
+def child_env(contender, cache_dir=None):
+    """The environment of a child: CPU contenders without kiln, kiln ones in their mode."""
+    env = dict(os.environ)
+    if contender is None or contender.kiln_mode is None:
+        # Plain PyTorch: kiln is not even loaded (its compiler warm-up thread
+        # would share the cores with the contender's first steps).
+        env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+    else:
+        env["KILN_MODE"] = contender.kiln_mode  # the start-up mode too: no lazy warm-up in an eager process
+    if cache_dir is not None:
+        env["TORCHINDUCTOR_CACHE_DIR"] = cache_dir  # a cold compile: an empty Inductor (and FX graph) cache
+    return env
 
 
-def _sync(device):
-    if device != "cpu":
-        getattr(torch, device).synchronize()
-
-
-def measure(workload, device, compile_fn, scale, reps, budget_s, warmup_s):
-    """Returns {first_s, median_s, min_s, max_s, reps} for one workload on one contender."""
-    torch.manual_seed(0)
-    if compile_fn is _compiled:
-        torch._dynamo.reset()
-    step = workload.build(device, scale, compile_fn)
-    # Results stay referenced until the sync, as a program that uses them
-    # keeps them: lazy mode computes nothing nobody holds.
-    t0 = time.perf_counter()
-    out = step()
-    _sync(device)
-    first = time.perf_counter() - t0
-    del out
-    # Warm-up until a steady state: backward graphs compile, optimizer state
-    # appears, and allocators settle (glibc's malloc hands the first large
-    # blocks back to the OS, so early CPU-eager iterations page-fault).
-    warm_until = time.perf_counter() + warmup_s
-    for i in range(1000):
-        out = step()
-        _sync(device)
-        del out
-        if i >= 2 and time.perf_counter() > warm_until:
-            break
-    times = []
-    deadline = time.perf_counter() + budget_s
-    while len(times) < reps and (len(times) < 3 or time.perf_counter() < deadline):
+def run_child(argv, env, timeout_s):
+    """Runs one child that writes JSON to the --out path this adds; (result, wall seconds)."""
+    with tempfile.TemporaryDirectory(prefix="kiln-bench-") as tmp:
+        out, log_path = os.path.join(tmp, "result.json"), os.path.join(tmp, "log.txt")
         t0 = time.perf_counter()
-        out = step()
-        _sync(device)
-        times.append(time.perf_counter() - t0)
-        del out
-    return {
-        "first_s": first,
-        "median_s": statistics.median(times),
-        "min_s": min(times),
-        "max_s": max(times),
-        "reps": len(times),
-    }
+        with open(log_path, "w") as log:
+            # Its own session (process group), so that what it started (Inductor's
+            # compile workers) ends with it, and a timeout ends them all.
+            proc = subprocess.Popen(
+                [sys.executable, *argv, "--out", out],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+            try:
+                proc.wait(timeout=timeout_s)
+                timed_out = False
+            except subprocess.TimeoutExpired:
+                timed_out = True
+            wall = time.perf_counter() - t0
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+        with open(log_path, errors="replace") as fh:
+            text = fh.read()
+        if timed_out:
+            result = {"skipped": f"failed: timed out after {timeout_s} s"}
+        else:
+            try:
+                with open(out) as fh:
+                    result = json.load(fh)
+            except (OSError, json.JSONDecodeError):
+                tail = text.strip().splitlines()[-1:] or [""]
+                result = {"skipped": f"failed: exit code {proc.returncode}: {tail[0][:200]}"}
+    if "skipped" in result and text.strip():
+        sys.stderr.write(text[-4000:])
+    return result, wall
 
 
-def stream_bandwidth(elements, reps=5):
-    """STREAM-like copy and triad on the CPU, all threads: best GB/s of `reps`."""
-    a = torch.zeros(elements)
-    b = torch.rand(elements)
-    c = torch.rand(elements)
-    best_copy = best_triad = float("inf")
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        a.copy_(b)
-        best_copy = min(best_copy, time.perf_counter() - t0)
-        t0 = time.perf_counter()
-        torch.add(b, c, alpha=3.0, out=a)
-        best_triad = min(best_triad, time.perf_counter() - t0)
-    return {
-        "elements": elements,
-        "copy_GBps": 2 * 4 * elements / best_copy / 1e9,
-        "triad_GBps": 3 * 4 * elements / best_triad / 1e9,
-    }
+def measure_pair(workload, contender, settings):
+    """One pair in a fresh process; the result gets its process wall time."""
+    cache_dir = tempfile.mkdtemp(prefix="kiln-bench-inductor-") if contender.compiled else None
+    load = os.getloadavg()[0]  # other work on the machine: the report shows the range
+    try:
+        argv = [
+            os.path.join(BENCH, "measure_one.py"),
+            workload,
+            contender.key,
+            f"--scale={settings['scale']}",
+            f"--warmup-s={settings['warmup_s']}",
+            f"--reps={settings['reps']}",
+            f"--budget-s={settings['budget_s']}",
+            f"--threads={settings['threads']}",
+        ]
+        result, wall = run_child(argv, child_env(contender, cache_dir), settings["child_timeout_s"])
+    finally:
+        if cache_dir:
+            shutil.rmtree(cache_dir, ignore_errors=True)
+    result["process_s"] = wall
+    result["load_1min"] = load
+    return result
 
 
-def recording_overhead(ops=4000):
-    """Per-op cost on 1-element float32 tensors: PyTorch eager CPU (its own
-    dispatch plus a tiny kernel) and kiln lazy recording (no sync inside the
-    timed loop), measured alternately, best of 7."""
-    best = {"cpu": float("inf"), "kiln": float("inf")}
-    kiln.set_mode("lazy")
-    for _ in range(7):
-        for key, device in (("cpu", "cpu"), ("kiln", DEVICE)):
-            x = torch.ones(1, device=device)
-            _sync(device)
-            t0 = time.perf_counter()
-            y = x
-            for _ in range(ops // 2):
-                y = y * 1.0001
-                y = y + 0.0001
-            best[key] = min(best[key], (time.perf_counter() - t0) / ops)
-            _sync(device)
-            del y
-    return {
-        "cpu_eager_us_per_op": best["cpu"] * 1e6,
-        "kiln_lazy_record_us_per_op": best["kiln"] * 1e6,
-        "overhead_us_per_op": (best["kiln"] - best["cpu"]) * 1e6,
-    }
-
-
-def pointwise_chain_peak_memory(scale):
-    """Peak device memory of one pointwise-chain step, lazy vs eager (bytes above the input)."""
-    out = {}
-    mod = getattr(torch, DEVICE)
-    for mode in ("eager", "lazy"):
-        kiln.set_mode(mode)
-        step = workloads.build_pointwise(DEVICE, scale, _identity)
-        step()
-        mod.synchronize()
-        mod.reset_peak_memory_stats()
-        base = mod.memory_allocated()
-        y = step()
-        mod.synchronize()
-        out[mode] = mod.max_memory_allocated() - base
-        del y
-    return out
+def probe(name, settings, contender=None, **kw):
+    argv = [os.path.join(BENCH, "probes.py"), name] + [f"--{k}={v}" for k, v in kw.items()]
+    result, wall = run_child(argv, child_env(contender), settings["child_timeout_s"])
+    result["process_s"] = wall
+    return result
 
 
 def micro_benchmarks(binary, quick):
@@ -167,32 +178,26 @@ def micro_benchmarks(binary, quick):
     if not binary or not os.path.exists(binary):
         return {"error": f"micro-benchmark binary not found: {binary}"}
     args = [binary, "--benchmark_format=json", f"--benchmark_min_time={0.02 if quick else 0.2}"]
-    out = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    out = subprocess.run(args, capture_output=True, text=True, timeout=900)
     if out.returncode != 0:
         return {"error": out.stderr[-2000:]}
     data = json.loads(out.stdout)
+    keep = (
+        "name",
+        "real_time",
+        "cpu_time",
+        "time_unit",
+        "items_per_second",
+        "bytes_per_second",
+        "cached_ms",
+        "streaming_ms",
+        "vscalef_us",
+        "portable_us",
+        "speedup",
+    )
     return {
         "context": data.get("context", {}),
-        "benchmarks": [
-            {
-                k: b[k]
-                for k in (
-                    "name",
-                    "real_time",
-                    "cpu_time",
-                    "time_unit",
-                    "items_per_second",
-                    "bytes_per_second",
-                    "cached_ms",
-                    "streaming_ms",
-                    "vscalef_us",
-                    "portable_us",
-                    "speedup",
-                )
-                if k in b
-            }
-            for b in data["benchmarks"]
-        ],
+        "benchmarks": [{k: b[k] for k in keep if k in b} for b in data["benchmarks"]],
     }
 
 
@@ -209,117 +214,227 @@ def machine():
         "cores": os.cpu_count(),
         "memory_GiB": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
         "python": platform.python_version(),
-        "torch": torch.__version__,
-        "threads": torch.get_num_threads(),
     }
+
+
+def import_workloads():
+    """bench/workloads.py, for names and sizes. It imports torch, which would load kiln here
+    (autoload), whose threads and compiler warm-up would share the cores with the children."""
+    saved = os.environ.get("TORCH_DEVICE_BACKEND_AUTOLOAD")
+    os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
+    try:
+        import workloads
+    finally:
+        if saved is None:
+            del os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"]
+        else:
+            os.environ["TORCH_DEVICE_BACKEND_AUTOLOAD"] = saved
+    return workloads
+
+
+def compiled_on(settings, name):
+    return settings["compile_on"] == "all" or name in settings["compile_on"]
+
+
+def plan(settings, names):
+    """The pairs in run order: [(round, workload, contender)], rounds outermost."""
+    pairs = []
+    for r in range(1, settings["rounds"] + 1):
+        for name in names:
+            for c in CONTENDERS:
+                if c.reason is not None:
+                    continue
+                if c.compiled and (not compiled_on(settings, name) or r > settings["compile_rounds"]):
+                    continue
+                pairs.append((r, name, c))
+    return pairs
+
+
+def left_out(mode, settings, names, all_names):
+    """What this run did not measure that a full run does, in words (the report prints them)."""
+    out = []
+    skipped = [n for n in all_names if n not in names]
+    if skipped:
+        out.append(f"workloads not run (--only): {', '.join(skipped)}")
+    compiled = [n for n in names if compiled_on(settings, n)]
+    if settings["compile_rounds"] == 0 or not compiled:
+        out.append("torch.compile: not run at all")
+    else:
+        if len(compiled) < len(names):
+            rest = [n for n in names if n not in compiled]
+            out.append(
+                f"torch.compile: run on {', '.join(compiled)} only; no torch.compile numbers for {', '.join(rest)}"
+            )
+        if settings["compile_rounds"] < settings["rounds"]:
+            out.append(f"torch.compile: in {settings['compile_rounds']} of the {settings['rounds']} rounds")
+    if mode != "full" or settings["rounds"] < MODES["full"]["rounds"]:
+        out.append(
+            f"size scale {settings['scale']} instead of 1.0, {settings['rounds']} round(s) instead of "
+            f"{MODES['full']['rounds']}, "
+            f"warm-up {settings['warmup_s']} s, at most {settings['reps']} timed steps or {settings['budget_s']} s "
+            "per process"
+        )
+    return out
+
+
+def settings_for(args):
+    mode = "smoke" if args.smoke else ("quick" if args.quick else "full")
+    settings = dict(MODES[mode])
+    if args.rounds is not None:
+        settings["rounds"] = args.rounds
+        settings["compile_rounds"] = args.rounds if settings["compile_rounds"] else 0
+    if args.compile_on is not None:
+        settings["compile_on"] = "all" if args.compile_on == "all" else tuple(args.compile_on.split(","))
+        settings["compile_rounds"] = settings["rounds"]
+    if args.compile_rounds is not None:
+        settings["compile_rounds"] = args.compile_rounds
+    settings["compile_rounds"] = min(settings["compile_rounds"], settings["rounds"])
+    settings["jobs"] = args.jobs
+    # All cores for every contender; children run side by side only in the smoke test, which times nothing.
+    settings["threads"] = max(1, (os.cpu_count() or 1) // args.jobs)
+    return mode, settings
+
+
+def run_pairs(pairs, settings, jobs):
+    """Measures every pair; one at a time unless `jobs` > 1 (the smoke test only)."""
+
+    def one(i_pair):
+        i, (r, name, c) = i_pair
+        result = measure_pair(name, c, settings)
+        result["round"] = r
+        if "median_s" in result:
+            what = f"median {result['median_s'] * 1e3:10.3f} ms (first {result['first_s'] * 1e3:9.1f} ms, "
+            what += f"{result['reps']} reps)"
+        else:
+            what = result["skipped"]
+        print(
+            f"round {r} [{i + 1:3d}/{len(pairs)}] {name:20s} {c.key:12s} {what}  process {result['process_s']:.1f} s",
+            flush=True,
+        )
+        return result
+
+    if jobs > 1:
+        with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+            return list(pool.map(one, enumerate(pairs)))
+    return [one(p) for p in enumerate(pairs)]
+
+
+def compile_times(data):
+    """Compile time per region over every kiln lazy process (each compiles its regions cold)."""
+    times = [t for w in data["workloads"] for r in stats.runs_of(w, "kiln_lazy") for t in r.get("compile_times_ms", [])]
+    out = {"regions": len(times)}
+    for clock, i in (("", 0), ("wall_", 1)):
+        values = [t[i] for t in times]
+        out[f"{clock}median_ms"] = stats.spread(values)["median"] if values else None
+        out[f"{clock}p99_ms"] = stats.percentile(values, 0.99)
+        out[f"{clock}max_ms"] = max(values) if values else None
+    return out
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser()
-    parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer repetitions (< 5 minutes)")
-    parser.add_argument("--smoke", action="store_true", help="tiny sizes, no torch.compile: checks that it runs")
+    parser.add_argument("--quick", action="store_true", help="smaller sizes, fewer rounds (< 5 minutes)")
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, 1 round, no torch.compile: checks it runs")
+    parser.add_argument("--only", default=None, help="comma-separated workload names")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds for every contender")
+    parser.add_argument("--compile-on", default=None, help='"all" or comma-separated workloads for torch.compile')
+    parser.add_argument("--compile-rounds", type=int, default=None, help="rounds torch.compile runs in (the first N)")
+    parser.add_argument("--jobs", type=int, default=1, help="children at once; > 1 only with --smoke (no timing)")
     parser.add_argument("--micro", default="build/kiln_runtime_bench")
     parser.add_argument("--out", default=None)
-    parser.add_argument("--only", default=None, help="comma-separated workload names")
     parser.add_argument("--report", action="store_true", help="then regenerate docs/benchmarks.md and docs/img")
     args = parser.parse_args(argv)
+    if args.jobs > 1 and not args.smoke:
+        parser.error("--jobs > 1 only with --smoke: measurements run one process at a time")
+    started = time.perf_counter()
+    mode, settings = settings_for(args)
 
-    threads = os.cpu_count() or 1
-    torch.set_num_threads(threads)  # the same for every contender; kiln's kernels use torch's pool
-    scale = 0.002 if args.smoke else (0.25 if args.quick else 1.0)
-    reps = 2 if args.smoke else (5 if args.quick else 15)
-    budget = 0.5 if args.smoke else (4.0 if args.quick else 20.0)
-    warmup = 0.0 if args.smoke else (0.3 if args.quick else 1.0)
-    mode = "smoke" if args.smoke else ("quick" if args.quick else "full")
+    workloads = import_workloads()
+    all_names = [w.name for w in workloads.WORKLOADS]
+    wanted = set(args.only.split(",")) if args.only else None
+    if wanted and wanted - set(all_names):
+        parser.error(f"unknown workloads: {', '.join(sorted(wanted - set(all_names)))}")
+    names = [n for n in all_names if not wanted or n in wanted]
+    pairs = plan(settings, names)
+    print(f"{mode}: {len(pairs)} processes over {settings['rounds']} rounds", flush=True)
 
-    result = {
+    data = {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "mode": mode,
-        "scale": scale,
-        "warmup_s": warmup,
-        "reps": reps,
+        "scale": settings["scale"],
+        "settings": settings,
+        "left_out": left_out(mode, settings, names, all_names),
         "machine": machine(),
+        "contenders": [{"key": c.key, "label": c.label, "reason": c.reason} for c in CONTENDERS],
         "workloads": [],
-        "contenders": [{"key": k, "label": label, "reason": r} for k, label, _, _, r, _ in CONTENDERS],
     }
-    result["stream"] = stream_bandwidth(1 << 16 if args.smoke else (1 << 24 if args.quick else 1 << 26))
-    print(
-        f"memory bandwidth: copy {result['stream']['copy_GBps']:.1f} GB/s, "
-        f"triad {result['stream']['triad_GBps']:.1f} GB/s",
-        flush=True,
-    )
+    # Memory bandwidth once per round, before the round's pairs, so bandwidth
+    # shares can be taken round by round too.
+    stream, runs = [], {}
+    for r in range(1, settings["rounds"] + 1):
+        s = probe("stream", settings, elements=settings["stream_elements"])
+        s["round"] = r
+        stream.append(s)
+        print(f"round {r} memory bandwidth: {s}", flush=True)
+        round_pairs = [p for p in pairs if p[0] == r]
+        results = run_pairs(round_pairs, settings, settings["jobs"])
+        for (_, name, c), res in zip(round_pairs, results):
+            runs.setdefault((name, c.key), []).append(res)
+    good = [s for s in stream if "triad_GBps" in s]
+    data["stream"] = {
+        "rounds": stream,
+        "elements": settings["stream_elements"],
+        "copy_GBps": stats.spread(s["copy_GBps"] for s in good)["median"] if good else None,
+        "triad_GBps": stats.spread(s["triad_GBps"] for s in good)["median"] if good else None,
+    }
 
-    names = set(args.only.split(",")) if args.only else None
-    for w in workloads.WORKLOADS:
-        if names and w.name not in names:
-            continue
+    by_name = {w.name: w for w in workloads.WORKLOADS}
+    for name in names:
+        w = by_name[name]
         row = {
-            "name": w.name,
+            "name": name,
             "description": w.description,
+            "min_bytes": w.min_bytes(settings["scale"]) if w.min_bytes else None,
+            "ops": w.ops(settings["scale"]) if w.ops else None,
             "results": {},
-            "min_bytes": w.min_bytes(scale) if w.min_bytes else None,
-            "ops": w.ops(scale) if w.ops else None,
         }
-        for key, _label, device, compile_fn, reason, mode in CONTENDERS:
-            if mode is not None:
-                kiln.set_mode(mode)
-            if reason is not None:
-                row["results"][key] = {"skipped": reason}
-                continue
-            if args.smoke and compile_fn is _compiled:
-                row["results"][key] = {"skipped": "not run in the smoke test (compilation takes minutes)"}
-                continue
-            try:
-                r = measure(w, device, compile_fn, scale, reps, budget, warmup)
-                row["results"][key] = r
-                print(
-                    f"{w.name:20s} {key:14s} median {r['median_s'] * 1e3:9.3f} ms  "
-                    f"(first {r['first_s'] * 1e3:9.1f} ms, {r['reps']} reps)",
-                    flush=True,
-                )
-            except Exception as e:  # a contender that cannot run this workload gets a row saying why
-                traceback.print_exc()
-                row["results"][key] = {"skipped": f"failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}"}
-        result["workloads"].append(row)
+        for c in CONTENDERS:
+            if c.reason is not None:
+                row["results"][c.key] = {"skipped": c.reason}
+            elif (name, c.key) in runs:
+                row["results"][c.key] = {"runs": runs[(name, c.key)]}
+            else:
+                row["results"][c.key] = {"skipped": f"not run in this {mode} run (see what it left out)"}
+        data["workloads"].append(row)
+    first = next((r for rs in runs.values() for r in rs if "torch" in r), {})
+    data["machine"].update({"torch": first.get("torch"), "threads": first.get("threads")})
+    data["compile"] = compile_times(data)
+    data["load_1min"] = stats.spread(r.get("load_1min") for rs in runs.values() for r in rs)
+    # What a child costs before it builds anything: import torch (+ kiln), in the child's own clock.
+    data["child_startup_s"] = {
+        kind: stats.spread(
+            r.get("startup_s") for (_, key), rs in runs.items() if (BY_KEY[key].kiln_mode is None) == cpu for r in rs
+        )
+        for kind, cpu in (("cpu", True), ("kiln", False))
+    }
 
-    kiln.set_mode("lazy")
-    # Compile time is the compiling thread's CPU time; wall time also counts
-    # the kernels launched before the flush that share the 2 cores meanwhile.
-    compiles = kiln._C.compile_times_ms()
-    result["compile"] = {"regions": len(compiles)}
-    for clock, pick in (("", lambda t: t[0]), ("wall_", lambda t: t[1])):
-        times = sorted(pick(t) for t in compiles)
-        result["compile"].update(
-            {
-                f"{clock}median_ms": statistics.median(times) if times else None,
-                f"{clock}p99_ms": times[min(len(times) - 1, int(0.99 * len(times)))] if times else None,
-                f"{clock}max_ms": times[-1] if times else None,
-            }
-        )
-    if not args.smoke:
-        result["recording"] = recording_overhead()
-        result["peak_memory"] = pointwise_chain_peak_memory(scale)
-        print(
-            f"recording: {result['recording']}; peak memory: {result['peak_memory']}; compile: {result['compile']}",
-            flush=True,
-        )
+    data["recording"] = probe("recording", settings, contender=BY_KEY["kiln_lazy"])
+    print(f"recording: {data['recording']}; compile: {data['compile']}", flush=True)
 
     # Last: the micro-benchmark process churns through memory, and CPU eager's
     # fresh large temporaries page-fault several times slower right after it
     # (measured: pointwise chain 8 ms before, 38 ms after).
-    result["micro"] = {} if args.smoke else micro_benchmarks(args.micro, args.quick)
-    if "error" in result["micro"]:
-        raise SystemExit(f"runtime micro-benchmarks failed: {result['micro']['error']}")
+    data["micro"] = {} if mode == "smoke" else micro_benchmarks(args.micro, mode == "quick")
+    if "error" in data["micro"]:
+        raise SystemExit(f"runtime micro-benchmarks failed: {data['micro']['error']}")
+    data["wall_s"] = time.perf_counter() - started
+    data["summary"] = stats.summarize(data)
 
-    out = args.out or os.path.join(
-        os.path.dirname(os.path.abspath(__file__)),
-        "results",
-        f"{datetime.date.today().isoformat()}-{socket.gethostname()}.json",
-    )
-    os.makedirs(os.path.dirname(out), exist_ok=True)
+    out = args.out or os.path.join(BENCH, "results", f"{datetime.date.today().isoformat()}-{socket.gethostname()}.json")
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     with open(out, "w") as fh:
-        json.dump(result, fh, indent=1)
-    print(f"wrote {out}")
+        json.dump(data, fh, indent=1)
+    print(f"wrote {out} ({data['wall_s']:.0f} s)")
     if args.report:
         import report
 

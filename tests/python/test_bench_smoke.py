@@ -1,4 +1,7 @@
-"""`make bench` runs: every workload gets a row for every contender (a number or a reason)."""
+"""`make bench` runs: every workload gets a fresh process per contender and a
+row for every contender (a number or a reason), and the targets are computed.
+Smoke mode times nothing worth reading: tiny sizes, 1 round, no torch.compile,
+two children at a time (bench/stats.py's arithmetic is test_bench_stats.py's)."""
 
 import json
 import os
@@ -9,21 +12,56 @@ from conftest import REPO
 sys.path.insert(0, os.path.join(REPO, "bench"))
 import report  # noqa: E402
 import run_bench  # noqa: E402
+import stats  # noqa: E402
+import targets  # noqa: E402
 import workloads  # noqa: E402
+
+MEASURED = ("cpu_eager", "kiln_eager", "kiln_lazy")  # every workload runs on these in the smoke test
 
 
 def test_bench_smoke(tmp_path):
-    out = run_bench.main(["--smoke", "--out", str(tmp_path / "smoke.json")])
+    out = run_bench.main(["--smoke", "--jobs", "2", "--out", str(tmp_path / "smoke.json")])
     with open(out) as fh:
         data = json.load(fh)
-    assert data["stream"]["triad_GBps"] > 0
+    assert data["stream"]["rounds"][0]["triad_GBps"] > 0
+    assert data["recording"]["kiln_lazy_record_us_per_op"] > 0
     assert [w["name"] for w in data["workloads"]] == [w.name for w in workloads.WORKLOADS]
     keys = [c["key"] for c in data["contenders"]]
+    pids = set()
     for w in data["workloads"]:
         assert set(w["results"]) == set(keys)
-        for key, r in w["results"].items():
-            assert ("median_s" in r) != ("skipped" in r), (w["name"], key, r)
-        assert "median_s" in w["results"]["kiln_eager"], (w["name"], w["results"]["kiln_eager"])
-        assert "median_s" in w["results"]["cpu_eager"]
-    text = report.markdown(data, [])
-    assert "## End-to-end workloads" in text and "µs per op" in text
+        for key, res in w["results"].items():
+            assert ("runs" in res) != ("skipped" in res), (w["name"], key, res)
+            for r in res.get("runs", []):
+                assert ("median_s" in r) != ("skipped" in r), (w["name"], key, r)
+        for key in MEASURED:
+            (run,) = w["results"][key]["runs"]
+            assert run["round"] == 1 and run["reps"] >= 2 and run["median_s"] > 0, (w["name"], key, run)
+            assert run["pid"] not in pids  # a process of its own
+            pids.add(run["pid"])
+        for key in ("kiln_eager", "kiln_lazy"):
+            assert w["results"][key]["runs"][0]["peak_bytes"] > 0
+        assert "counters" in w["results"]["kiln_lazy"]["runs"][0]
+        assert "skipped" in w["results"]["cpu_compile"]
+        ratio = data["summary"][w["name"]]["ratios"]["kiln_lazy_vs_cpu_eager"]
+        assert ratio["n"] == 1 and ratio["median"] > 0
+    assert data["compile"]["regions"] > 0
+    assert "torch.compile: not run at all" in data["left_out"]
+    assert stats.summarize(data) == data["summary"]
+
+    rows = targets.targets(data)
+    names = {w["name"] for w in data["workloads"]}
+    for r in rows:
+        workload = r["target"].split(":")[0]
+        if workload in names and "torch.compile" not in r["target"] and "ceiling" not in r["target"]:
+            assert r["met"] is not None, r  # measured in this run, so computed
+    assert all(r["met"] is not None for r in rows if r["target"].startswith("every workload"))
+
+    text = report.markdown(data, [], notes_path=None)
+    for heading in ("## Method", "## Targets", "## End-to-end workloads", "## Peak device memory", "µs per op"):
+        assert heading in text
+    notes = tmp_path / "notes.md"
+    notes.write_text("The chain is bound by its exp.\n")
+    assert "### What bounds the targets not met\n\nThe chain is bound by its exp." in report.markdown(
+        data, [], notes_path=str(notes)
+    )

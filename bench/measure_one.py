@@ -1,0 +1,168 @@
+"""Measures one (workload, contender) pair in this process, which must be fresh:
+bench/run_bench.py starts one of these per pair, so no contender inherits
+another's compiles, allocator state or warm caches.
+
+    python bench/measure_one.py WORKLOAD CONTENDER --scale S --warmup-s W --reps R --budget-s B --out FILE
+
+Writes one JSON object to FILE: the first step (cold: includes every compile),
+the warm-up, and the per-step times of the steady state (median, min, max,
+reps); kiln contenders add their peak device memory, kiln lazy its metrics.
+"""
+
+import time
+
+STARTED = time.perf_counter()  # before the imports: start-up is part of what a pair costs
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import statistics  # noqa: E402
+import sys  # noqa: E402
+import traceback  # noqa: E402
+
+import torch  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import workloads  # noqa: E402
+from contenders import BY_KEY  # noqa: E402
+
+
+def _identity(fn):
+    return fn
+
+
+def _device_module(device):
+    return None if device == "cpu" else getattr(torch, device)
+
+
+def warm_up(step, sync, warmup_s):
+    """Runs `step` until a steady state: (seconds, steps)."""
+    # At least 3 steps and `warmup_s`: backward graphs compile, optimizer state
+    # appears, and allocators settle (glibc's malloc hands the first large
+    # blocks back to the OS, so early CPU-eager iterations page-fault).
+    t0 = time.perf_counter()
+    for i in range(1000):
+        out = step()
+        sync()
+        del out
+        if i >= 2 and time.perf_counter() > t0 + warmup_s:
+            break
+    return time.perf_counter() - t0, i + 1
+
+
+def timed_steps(step, sync, reps, budget_s):
+    """Per-step seconds of up to `reps` steps, stopping after `budget_s` (3 steps at least)."""
+    times = []
+    deadline = time.perf_counter() + budget_s
+    while len(times) < reps and (len(times) < 3 or time.perf_counter() < deadline):
+        t0 = time.perf_counter()
+        out = step()
+        sync()
+        times.append(time.perf_counter() - t0)
+        del out
+    return times
+
+
+def measure(workload, contender, scale, warmup_s, reps, budget_s):
+    """The numbers of one pair, as a dict (see the module docstring)."""
+    if contender.kiln_mode is None:
+        device = "cpu"
+        kiln = None
+    else:
+        import kiln
+
+        kiln.set_mode(contender.kiln_mode)
+        device = kiln.DEVICE_NAME
+    started_s = time.perf_counter() - STARTED
+    mod = _device_module(device)
+
+    def sync():
+        if mod is not None:
+            mod.synchronize()
+
+    torch.manual_seed(0)
+    t0 = time.perf_counter()
+    step = workload.build(device, scale, torch.compile if contender.compiled else _identity)
+    sync()
+    build_s = time.perf_counter() - t0
+    # Results stay referenced until the sync, as a program that uses them
+    # keeps them: lazy mode computes nothing nobody holds.
+    t0 = time.perf_counter()
+    out = step()
+    sync()
+    first_s = time.perf_counter() - t0
+    del out
+
+    warm_s, warm_steps = warm_up(step, sync, warmup_s)
+
+    lazy = contender.kiln_mode == "lazy"
+    if mod is not None:
+        mod.reset_peak_memory_stats()
+        base_bytes = mod.memory_allocated()
+    if lazy:
+        kiln.metrics.reset()
+    times = timed_steps(step, sync, reps, budget_s)
+    result = {
+        "startup_s": started_s,
+        "build_s": build_s,
+        "first_s": first_s,
+        "warmup_s": warm_s,
+        "warmup_steps": warm_steps,
+        "median_s": statistics.median(times),
+        "min_s": min(times),
+        "max_s": max(times),
+        "reps": len(times),
+        "times_s": times,
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+    }
+    if mod is not None:
+        result["peak_bytes"] = mod.max_memory_allocated()
+        result["base_bytes"] = base_bytes
+    if lazy:
+        result["counters"] = kiln.metrics.counters()
+        breakdown = getattr(kiln.metrics, "breakdown", None)  # TODO(merge)
+        result["breakdown_per_step"] = per_step(breakdown(), len(times)) if breakdown else None
+        # Every region this process compiled (first step and warm-up included): (CPU ms, wall ms).
+        result["compile_times_ms"] = kiln._C.compile_times_ms()
+    return result
+
+
+def per_step(breakdown, steps):
+    """kiln.metrics.breakdown() (seconds since the reset) divided by the measured steps."""
+    out = {k: v / steps for k, v in breakdown.items() if isinstance(v, (int, float))}
+    out["library_kernels_by_op"] = {op: s / steps for op, s in breakdown.get("library_kernels_by_op", {}).items()}
+    return out
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("workload")
+    parser.add_argument("contender")
+    parser.add_argument("--scale", type=float, required=True)
+    parser.add_argument("--warmup-s", type=float, required=True)
+    parser.add_argument("--reps", type=int, required=True, help="at most this many timed steps")
+    parser.add_argument("--budget-s", type=float, required=True, help="timed steps stop after this (3 at least)")
+    parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)  # the same for every contender; kiln's kernels use torch's pool
+    workload = next(w for w in workloads.WORKLOADS if w.name == args.workload)
+    try:
+        result = measure(workload, BY_KEY[args.contender], args.scale, args.warmup_s, args.reps, args.budget_s)
+    except Exception as e:  # a contender that cannot run this workload gets a row saying why
+        traceback.print_exc()
+        result = {"skipped": f"failed: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"}
+    result["pid"] = os.getpid()
+    with open(args.out, "w") as fh:
+        json.dump(result, fh)
+    # The numbers are out: skip the interpreter's teardown, which takes 0.5 s
+    # for PyTorch and 1-2 s with kiln loaded (measured), on every child. The
+    # parent ends whatever this process started (Inductor's compile workers).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,108 @@
+"""The statistics of `make bench`, from the raw per-round numbers of a
+bench/results/*.json (no torch, no processes: tests/python/test_bench_stats.py).
+
+A contender's time is the median over rounds of its per-process medians, with
+the min-max over rounds as its spread. A ratio of two contenders is taken
+round by round (the same round and workload, so both saw the same machine
+load), and reported as the median of the per-round ratios with their min-max.
+"""
+
+import statistics
+
+
+def spread(values):
+    """{median, min, max, n} of the values that are not None, or None if there are none."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return None
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def by_round(runs, field="median_s"):
+    """{round: value} of the per-process results that have `field`."""
+    return {r["round"]: r[field] for r in runs if field in r and r.get(field) is not None}
+
+
+def per_round_ratios(numerator_runs, denominator_runs, field="median_s"):
+    """numerator / denominator of each round both have, in round order."""
+    num, den = by_round(numerator_runs, field), by_round(denominator_runs, field)
+    return [num[r] / den[r] for r in sorted(num) if r in den and den[r]]
+
+
+def ratio(numerator_runs, denominator_runs, field="median_s"):
+    """The median of the per-round ratios, with their min-max; None without a common round."""
+    return spread(per_round_ratios(numerator_runs, denominator_runs, field))
+
+
+def runs_of(workload, key):
+    """The per-process results of one contender on one workload (each with its "round")."""
+    return workload["results"].get(key, {}).get("runs", [])
+
+
+# (name in the summary, numerator contender, denominator contender): >1 means the denominator is faster.
+RATIOS = [
+    ("kiln_lazy_vs_cpu_eager", "cpu_eager", "kiln_lazy"),
+    ("kiln_eager_vs_cpu_eager", "cpu_eager", "kiln_eager"),
+    ("kiln_lazy_vs_cpu_compile", "cpu_compile", "kiln_lazy"),
+    ("kiln_lazy_vs_kiln_eager", "kiln_eager", "kiln_lazy"),
+]
+
+
+def breakdown_summary(runs):
+    """Median over rounds of each per-step breakdown entry (seconds); ops missing from a round count 0."""
+    rows = [r["breakdown_per_step"] for r in runs if r.get("breakdown_per_step")]
+    if not rows:
+        return None
+    keys = sorted({k for row in rows for k in row if k != "library_kernels_by_op"})
+    out = {k: statistics.median(row.get(k, 0.0) for row in rows) for k in keys}
+    ops = sorted({op for row in rows for op in row.get("library_kernels_by_op", {})})
+    out["library_kernels_by_op"] = {
+        op: statistics.median(row.get("library_kernels_by_op", {}).get(op, 0.0) for row in rows) for op in ops
+    }
+    return out
+
+
+def contender_summary(runs):
+    """Time, first step, peak memory and breakdown of one contender over its rounds."""
+    times = spread(r.get("median_s") for r in runs)
+    if times is None:
+        return None
+    return {
+        "time_s": times,
+        "first_s": spread(r.get("first_s") for r in runs),
+        "peak_bytes": spread(r.get("peak_bytes") for r in runs),
+        "breakdown_per_step": breakdown_summary(runs),
+    }
+
+
+def share_per_round(runs, bytes_moved, reference_by_round):
+    """Per-round achieved GB/s (bytes / the round's median time) over the same round's reference GB/s.
+
+    `reference_by_round` is {round: GB/s}, or a single number for a reference measured once."""
+    out = []
+    for r, seconds in sorted(by_round(runs).items()):
+        ref = reference_by_round if isinstance(reference_by_round, (int, float)) else reference_by_round.get(r)
+        if ref and seconds:
+            out.append(bytes_moved / seconds / 1e9 / ref)
+    return spread(out)
+
+
+def summarize(data):
+    """{workload: {"contenders": {key: contender_summary}, "ratios": {name: ratio}}} of a results file."""
+    out = {}
+    for w in data["workloads"]:
+        contenders = {}
+        for key, res in w["results"].items():
+            if "runs" in res:
+                contenders[key] = contender_summary(res["runs"])
+        ratios = {name: ratio(runs_of(w, num), runs_of(w, den)) for name, num, den in RATIOS}
+        out[w["name"]] = {"contenders": contenders, "ratios": ratios}
+    return out
+
+
+def percentile(values, q):
+    """The q-quantile (0..1) of the values by the nearest rank below, or None if there are none."""
+    values = sorted(values)
+    if not values:
+        return None
+    return values[min(len(values) - 1, int(q * len(values)))]

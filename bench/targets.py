@@ -1,0 +1,158 @@
+"""The acceptance targets of `make bench`, each measured from a results file:
+one row per target with the value this run measured and whether it is met.
+Ratios and shares are medians of per-round values (bench/stats.py)."""
+
+import stats
+
+# (workload, wanted speed-up of kiln lazy over PyTorch eager CPU)
+SPEEDUP_OVER_CPU_EAGER = [
+    ("gpt_train", 1.3),
+    ("mlp_block", 1.2),
+    ("mlp_train", 1.2),
+    ("lstm_lm_train", 1.2),
+    ("hf_gpt2_train", 1.2),
+    ("convnet_train", 1.1),
+    ("varlen_infer", 1.2),
+    ("small_op_storm", 1.0),
+]
+ADAMW_SPEEDUP = 3.0  # adamw_foreach_off: kiln lazy over PyTorch eager CPU
+CHAIN_SHARE_OF_CEILING = 0.9  # pointwise_chain: achieved GB/s over its kernel's compute ceiling
+MEMORY_CHAIN_SHARE_OF_TRIAD = 0.8  # memory_chain: achieved GB/s over the same round's STREAM triad
+CEILING_BENCHMARK = "BM_FusedChainKernel/7/4096"  # the chain's kernel over L1-resident data: no memory traffic
+
+
+def row(target, wanted, value, met):
+    """A table row; `value` None means the run has no number for it."""
+    if value is None:
+        return {"target": target, "wanted": wanted, "measured": "not measured", "met": None}
+    return {"target": target, "wanted": wanted, "measured": value, "met": bool(met)}
+
+
+def rounds(n):
+    return f"{n} round" + ("" if n == 1 else "s")
+
+
+def fmt_ratio(r):
+    return f"{r['median']:.2f}x ({r['min']:.2f}-{r['max']:.2f}, {rounds(r['n'])})"
+
+
+def fmt_share(r):
+    return f"{100 * r['median']:.0f}% ({100 * r['min']:.0f}-{100 * r['max']:.0f}%, {rounds(r['n'])})"
+
+
+def workload(data, name):
+    return next((w for w in data["workloads"] if w["name"] == name), None)
+
+
+def micro(data, name):
+    return next((b for b in data.get("micro", {}).get("benchmarks", []) if b["name"] == name), None)
+
+
+def chain_ceiling_GBps(data):
+    """The pointwise chain's compute ceiling on this run's threads (GB/s-equivalent), or None."""
+    b = micro(data, CEILING_BENCHMARK)
+    threads = data["machine"].get("threads")
+    if not b or "bytes_per_second" not in b or not threads:
+        return None
+    return b["bytes_per_second"] * threads / 1e9
+
+
+def speedup_row(data, name, wanted, over="cpu_eager", label="eager CPU"):
+    w = workload(data, name)
+    r = stats.ratio(stats.runs_of(w, over), stats.runs_of(w, "kiln_lazy")) if w else None
+    extra = ""
+    if r and name == "small_op_storm" and w.get("ops"):
+        lazy = stats.spread(x.get("median_s") for x in stats.runs_of(w, "kiln_lazy"))
+        cpu = stats.spread(x.get("median_s") for x in stats.runs_of(w, over))
+        extra = f"; {lazy['median'] / w['ops'] * 1e6:.2f} vs {cpu['median'] / w['ops'] * 1e6:.2f} µs per op"
+    suffix = " per op" if name == "small_op_storm" else (" (steady state)" if name == "varlen_infer" else "")
+    return row(
+        f"{name}: kiln lazy vs {label}{suffix}",
+        f">= {wanted:.1f}x",
+        r and fmt_ratio(r) + extra,
+        r and r["median"] >= wanted,
+    )
+
+
+def share_rows(data):
+    rows = []
+    chain = workload(data, "pointwise_chain")
+    ceiling = chain_ceiling_GBps(data)
+    share = None
+    if chain and chain.get("min_bytes") and ceiling:
+        share = stats.share_per_round(stats.runs_of(chain, "kiln_lazy"), chain["min_bytes"], ceiling)
+    rows.append(
+        row(
+            "pointwise_chain: kiln lazy GB/s vs its compute ceiling"
+            + (f" ({ceiling:.1f} GB/s, `{CEILING_BENCHMARK}` x threads)" if ceiling else ""),
+            f">= {100 * CHAIN_SHARE_OF_CEILING:.0f}%",
+            share and fmt_share(share),
+            share and share["median"] >= CHAIN_SHARE_OF_CEILING,
+        )
+    )
+    mem = workload(data, "memory_chain")
+    triads = {s["round"]: s["triad_GBps"] for s in data.get("stream", {}).get("rounds", []) if "triad_GBps" in s}
+    share = None
+    if mem and mem.get("min_bytes") and triads:
+        share = stats.share_per_round(stats.runs_of(mem, "kiln_lazy"), mem["min_bytes"], triads)
+    rows.append(
+        row(
+            "memory_chain: kiln lazy GB/s (min_bytes / time) vs the same round's STREAM triad",
+            f">= {100 * MEMORY_CHAIN_SHARE_OF_TRIAD:.0f}%",
+            share and fmt_share(share),
+            share and share["median"] >= MEMORY_CHAIN_SHARE_OF_TRIAD,
+        )
+    )
+    return rows
+
+
+def everywhere_rows(data):
+    """No workload slower on kiln lazy than eager CPU; lazy's peak device memory never above eager's."""
+    slower, measured = [], 0
+    peaks_over, peaks_measured = [], 0
+    for w in data["workloads"]:
+        r = stats.ratio(stats.runs_of(w, "cpu_eager"), stats.runs_of(w, "kiln_lazy"))
+        if r:
+            measured += 1
+            if r["median"] < 1.0:
+                slower.append(f"{w['name']} {r['median']:.2f}x")
+        lazy = stats.spread(x.get("peak_bytes") for x in stats.runs_of(w, "kiln_lazy"))
+        eager = stats.spread(x.get("peak_bytes") for x in stats.runs_of(w, "kiln_eager"))
+        if lazy and eager:
+            peaks_measured += 1
+            if lazy["median"] > eager["median"]:
+                more = (lazy["median"] - eager["median"]) / 2**10
+                peaks_over.append(
+                    f"{w['name']} {lazy['median'] / 2**20:.1f} vs {eager['median'] / 2**20:.1f} MiB (+{more:.0f} KiB)"
+                )
+    total = len(data["workloads"])
+    return [
+        row(
+            "every workload: kiln lazy not slower than eager CPU",
+            ">= 1.0x on each",
+            (f"slower: {', '.join(slower)}" if slower else "none slower")
+            + f" ({measured} of {total} workloads measured)"
+            if measured
+            else None,
+            not slower,
+        ),
+        row(
+            "every workload: kiln lazy peak device memory <= kiln eager's (measured steps)",
+            "lazy <= eager on each",
+            (f"higher: {', '.join(peaks_over)}" if peaks_over else "never higher")
+            + f" ({peaks_measured} of {total} workloads measured)"
+            if peaks_measured
+            else None,
+            not peaks_over,
+        ),
+    ]
+
+
+def targets(data):
+    """Every acceptance target as {target, wanted, measured, met (True, False, None: not measured)}."""
+    rows = [speedup_row(data, "gpt_train", 1.3)]
+    rows.append(speedup_row(data, "gpt_train", 1.0, over="cpu_compile", label="torch.compile (steady state)"))
+    rows += [speedup_row(data, name, wanted) for name, wanted in SPEEDUP_OVER_CPU_EAGER[1:]]
+    rows += share_rows(data)
+    rows.append(speedup_row(data, "adamw_foreach_off", ADAMW_SPEEDUP))
+    return rows + everywhere_rows(data)

@@ -1,0 +1,216 @@
+"""make bench's statistics, targets, report sections and run plan on made-up numbers (no timing; the only
+children are three trivial Python processes that check how a child's result, crash or timeout is read)."""
+
+import argparse
+import os
+import sys
+
+import pytest
+
+from conftest import REPO
+
+sys.path.insert(0, os.path.join(REPO, "bench"))
+import report  # noqa: E402
+import run_bench  # noqa: E402
+import stats  # noqa: E402
+import targets  # noqa: E402
+
+
+def runs(*medians, field="median_s"):
+    """Per-process results of rounds 1, 2, ...; None is a round that failed."""
+    return [
+        {"round": i + 1, "skipped": "failed: made up"} if m is None else {"round": i + 1, field: m}
+        for i, m in enumerate(medians)
+    ]
+
+
+def test_spread_is_median_min_max_of_the_values_present():
+    assert stats.spread([3.0, 1.0, None, 2.0, 10.0]) == {"median": 2.5, "min": 1.0, "max": 10.0, "n": 4}
+    assert stats.spread([None]) is None
+    assert stats.spread([]) is None
+
+
+def test_ratios_are_taken_round_by_round_then_their_median():
+    cpu = runs(10.0, 20.0, 30.0)
+    kiln = runs(5.0, 20.0, 10.0)
+    assert stats.per_round_ratios(cpu, kiln) == [2.0, 1.0, 3.0]
+    assert stats.ratio(cpu, kiln) == {"median": 2.0, "min": 1.0, "max": 3.0, "n": 3}
+    # Not the ratio of the medians (20 / 10 = 2.0 here by chance; the next case tells them apart).
+    cpu, kiln = runs(10.0, 10.0, 40.0), runs(10.0, 2.0, 10.0)
+    assert stats.ratio(cpu, kiln)["median"] == 4.0
+    assert stats.spread([10.0, 10.0, 40.0])["median"] / stats.spread([10.0, 2.0, 10.0])["median"] == 1.0
+
+
+def test_ratios_use_only_rounds_both_contenders_have():
+    cpu = runs(10.0, None, 30.0, 40.0)
+    compiled = runs(5.0, 10.0)  # fewer rounds (QUICK): rounds 1 and 2 only
+    assert stats.per_round_ratios(cpu, compiled) == [2.0]
+    assert stats.ratio(cpu, runs()) is None
+
+
+def test_share_per_round_against_each_rounds_reference_or_one_number():
+    timed = runs(1.0, 2.0)
+    assert stats.share_per_round(timed, 10e9, {1: 20.0, 2: 5.0}) == {"median": 0.75, "min": 0.5, "max": 1.0, "n": 2}
+    assert stats.share_per_round(timed, 10e9, 10.0)["max"] == 1.0
+    assert stats.share_per_round(timed, 10e9, {3: 1.0}) is None
+
+
+def test_breakdown_summary_is_per_key_median_and_missing_ops_count_zero():
+    rows = [
+        {"round": 1, "median_s": 1, "breakdown_per_step": {"wall_s": 1.0, "library_kernels_by_op": {"mm": 0.4}}},
+        {"round": 2, "median_s": 1, "breakdown_per_step": {"wall_s": 3.0, "library_kernels_by_op": {}}},
+        {"round": 3, "median_s": 1, "breakdown_per_step": {"wall_s": 2.0, "library_kernels_by_op": {"mm": 0.2}}},
+    ]
+    b = stats.breakdown_summary(rows)
+    assert b["wall_s"] == 2.0 and b["library_kernels_by_op"] == {"mm": 0.2}
+    assert stats.breakdown_summary([{"round": 1, "median_s": 1, "breakdown_per_step": None}]) is None
+
+
+def test_percentile_nearest_rank_below():
+    assert stats.percentile(range(1, 101), 0.99) == 100
+    assert stats.percentile([5.0], 0.99) == 5.0
+    assert stats.percentile([], 0.5) is None
+
+
+def workload(name, min_bytes=None, ops=None, **results):
+    return {
+        "name": name,
+        "description": name,
+        "min_bytes": min_bytes,
+        "ops": ops,
+        "results": {k: {"runs": v} for k, v in results.items()},
+    }
+
+
+def made_up_run():
+    peak = [{"round": 1, "median_s": 1.0, "peak_bytes": 100}, {"round": 2, "median_s": 1.0, "peak_bytes": 100}]
+    bigger = [{"round": 1, "median_s": 1.0, "peak_bytes": 200}, {"round": 2, "median_s": 1.0, "peak_bytes": 200}]
+    return {
+        "machine": {"threads": 2},
+        "stream": {"rounds": [{"round": 1, "triad_GBps": 10.0}, {"round": 2, "triad_GBps": 20.0}]},
+        "micro": {"benchmarks": [{"name": targets.CEILING_BENCHMARK, "bytes_per_second": 5e9}]},
+        "workloads": [
+            workload(
+                "gpt_train",
+                cpu_eager=runs(14.0, 13.0),
+                cpu_compile=runs(8.0, 10.0),
+                kiln_lazy=runs(10.0, 10.0),
+                kiln_eager=bigger,
+            ),
+            workload("mlp_train", cpu_eager=runs(1.0, 1.0), kiln_lazy=peak, kiln_eager=peak),
+            # 8e9 bytes in 1 s = 8 GB/s: 80% of round 1's 10 GB/s triad, 40% of round 2's 20 GB/s.
+            workload("memory_chain", min_bytes=8e9, cpu_eager=runs(2.0, 2.0), kiln_lazy=runs(1.0, 1.0)),
+            # 9e9 bytes in 1 s against a ceiling of 5 GB/s x 2 threads: 90%.
+            workload("pointwise_chain", min_bytes=9e9, cpu_eager=runs(3.0, 3.0), kiln_lazy=runs(1.0, 1.0)),
+        ],
+    }
+
+
+def by_target(rows, start):
+    return next(r for r in rows if r["target"].startswith(start))
+
+
+def test_targets_met_not_met_and_not_measured():
+    rows = targets.targets(made_up_run())
+    assert len(rows) == 14
+    gpt = by_target(rows, "gpt_train: kiln lazy vs eager CPU")
+    assert gpt["met"] is True and gpt["measured"].startswith("1.35x (1.30-1.40, 2 rounds)")
+    compiled = by_target(rows, "gpt_train: kiln lazy vs torch.compile")
+    assert compiled["met"] is False and compiled["measured"].startswith("0.90x (0.80-1.00")
+    assert compiled["wanted"] == ">= 1.0x"
+    assert by_target(rows, "mlp_train")["met"] is False  # 1.0x against 1.2x
+    for name in ("lstm_lm_train", "hf_gpt2_train", "convnet_train", "varlen_infer", "small_op_storm", "adamw"):
+        assert by_target(rows, name)["met"] is None and by_target(rows, name)["measured"] == "not measured"
+    mem = by_target(rows, "memory_chain")
+    assert mem["measured"].startswith("60% (40-80%") and mem["met"] is False
+    chain = by_target(rows, "pointwise_chain")
+    assert chain["measured"].startswith("90%") and chain["met"] is True
+    slower = by_target(rows, "every workload: kiln lazy not slower")
+    assert slower["met"] is True and "4 of 4 workloads measured" in slower["measured"]
+    peaks = by_target(rows, "every workload: kiln lazy peak")
+    assert peaks["met"] is True and "1 of 4" in peaks["measured"]  # mlp_train only has both
+
+
+def test_peak_memory_and_slower_targets_name_the_workloads_that_miss():
+    data = made_up_run()
+    gpt = data["workloads"][0]["results"]
+    gpt["kiln_lazy"]["runs"] = [{"round": 1, "median_s": 20.0, "peak_bytes": 300 * 2**20}]
+    gpt["kiln_eager"]["runs"] = [{"round": 1, "median_s": 20.0, "peak_bytes": 200 * 2**20}]
+    rows = targets.targets(data)
+    assert by_target(rows, "every workload: kiln lazy peak")["measured"].startswith(
+        "higher: gpt_train 300.0 vs 200.0 MiB (+102400 KiB)"
+    )
+    assert by_target(rows, "every workload: kiln lazy not slower")["measured"].startswith("slower: gpt_train 0.70x")
+
+
+def test_summarize_gives_times_and_ratios_per_workload():
+    s = stats.summarize(made_up_run())
+    gpt = s["gpt_train"]
+    assert gpt["contenders"]["cpu_eager"]["time_s"] == {"median": 13.5, "min": 13.0, "max": 14.0, "n": 2}
+    assert gpt["ratios"]["kiln_lazy_vs_cpu_compile"] == {"median": 0.9, "min": 0.8, "max": 1.0, "n": 2}
+    assert s["mlp_train"]["ratios"]["kiln_lazy_vs_cpu_compile"] is None
+
+
+@pytest.mark.parametrize("mode", ["smoke", "quick", "full"])
+def test_plan_interleaves_rounds_and_says_what_it_left_out(mode):
+    settings = dict(run_bench.MODES[mode])
+    names = ["a", "gpt_train", "b"]
+    pairs = run_bench.plan(settings, names)
+    rounds = [r for r, _, _ in pairs]
+    assert rounds == sorted(rounds) and set(rounds) == set(range(1, settings["rounds"] + 1))
+    first = [(n, c.key) for r, n, c in pairs if r == 1]
+    assert [n for n, _ in first] == sorted([n for n, _ in first], key=names.index)  # workload by workload
+    for r in range(1, settings["rounds"] + 1):  # every round has every pair it plans, once
+        again = [(n, c.key) for rr, n, c in pairs if rr == r]
+        assert len(again) == len(set(again))
+    compiled = {(r, n) for r, n, c in pairs if c.compiled}
+    left = " ".join(run_bench.left_out(mode, settings, names, names))
+    if mode == "full":
+        assert len(compiled) == 3 * settings["rounds"] and settings["rounds"] >= 5 and not left
+    elif mode == "quick":
+        assert {n for _, n in compiled} == {"gpt_train"} and "no torch.compile numbers for a, b" in left
+    else:
+        assert not compiled and "torch.compile: not run at all" in left
+
+
+def test_overrides_rounds_and_compile_workloads():
+    args = argparse.Namespace(smoke=False, quick=True, rounds=7, compile_on="all", compile_rounds=None, jobs=1)
+    mode, settings = run_bench.settings_for(args)
+    assert mode == "quick" and settings["rounds"] == 7 and settings["compile_rounds"] == 7
+    assert run_bench.compiled_on(settings, "anything")
+    args.compile_rounds = 2
+    _, settings = run_bench.settings_for(args)
+    pairs = run_bench.plan(settings, ["w"])
+    assert [r for r, _, c in pairs if c.compiled] == [1, 2]
+    assert "torch.compile: in 2 of the 7 rounds" in run_bench.left_out("full", settings, ["w"], ["w"])
+
+
+def test_where_the_time_goes_is_rendered_only_with_breakdown_data():
+    data = made_up_run()
+    summary = stats.summarize(data)
+    assert report.breakdown_section(data, summary) == []
+    by_op = {f"op{i}": i * 1e-3 for i in range(7)}  # seconds per step
+    per_step = {"wall_s": 0.010, "host_python_s": 0.002, "fused_kernel_s": 0.004, "library_kernels_by_op": by_op}
+    for r in data["workloads"][0]["results"]["kiln_lazy"]["runs"]:
+        r["breakdown_per_step"] = per_step
+    text = "\n".join(report.breakdown_section(data, stats.summarize(data)))
+    assert "## Where the time goes (kiln lazy)" in text
+    assert "| gpt_train | 10.00 | 2.00 | — | — | — | — | 4.00 | — | — |" in text
+    assert "op6 6.00, op5 5.00, op4 4.00, op3 3.00, op2 2.00 |" in text  # the top 5, largest first
+
+
+def test_run_child_reports_a_result_a_failure_or_a_timeout():
+    env = dict(os.environ)
+    ok = "import json, sys; json.dump({'x': 1}, open(sys.argv[-1], 'w'))"
+    assert run_bench.run_child(["-c", ok], env, 60)[0] == {"x": 1}
+    crash = "import sys; print('it broke'); sys.exit(3)"
+    assert run_bench.run_child(["-c", crash], env, 60)[0] == {"skipped": "failed: exit code 3: it broke"}
+    result, wall = run_bench.run_child(["-c", "import time; time.sleep(60)"], env, 0.5)
+    assert result == {"skipped": "failed: timed out after 0.5 s"} and wall < 30
+
+
+def test_breakdown_is_divided_by_the_timed_steps():
+    import measure_one
+
+    b = {"wall_s": 2.0, "compile_s": 0, "library_kernels_by_op": {"mm": 1.0}}
+    assert measure_one.per_step(b, 4) == {"wall_s": 0.5, "compile_s": 0.0, "library_kernels_by_op": {"mm": 0.25}}
