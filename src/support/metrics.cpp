@@ -4,6 +4,7 @@
 #include <chrono>
 #include <fstream>
 #include <iomanip>
+#include <ostream>
 #include <sstream>
 #include <thread>
 #include <vector>
@@ -74,16 +75,21 @@ void Metrics::reset() {
   for (auto& t : tables_) t.clear();
 }
 
-std::string Metrics::report(const TimeBreakdown& t) const {
-  std::string counters = report();
-  std::ostringstream os;
-  os << std::fixed;
-  const double wall = t.wall_s;
+namespace {
+
+constexpr const char* kOpeningRule = "==================== kiln metrics ====================\n";
+constexpr const char* kClosingRule = "======================================================\n";
+
+// The breakdown as rows of milliseconds and percent of wall time.
+void write_time_breakdown(std::ostream& os, const TimeBreakdown& t) {
+  const auto flags = os.flags();
+  os << std::fixed << std::setprecision(1);
   auto row = [&](const std::string& name, double seconds) {
-    os << "  " << std::left << std::setw(44) << name << std::right << std::setw(12) << std::setprecision(1)
-       << seconds * 1e3 << std::setw(10) << std::setprecision(1) << (wall > 0 ? 100 * seconds / wall : 0.0) << "\n";
+    os << "  " << std::left << std::setw(44) << name << std::right << std::setw(12) << seconds * 1e3 << std::setw(10)
+       << (t.wall_s > 0 ? 100 * seconds / t.wall_s : 0.0) << "\n";
   };
-  os << "time breakdown (since the last reset)" << std::setw(24) << "ms" << std::setw(10) << "% wall" << "\n";
+  os << std::left << std::setw(58) << "time breakdown (since the last reset):" << std::right << "ms" << std::setw(10)
+     << "% wall" << "\n";
   row("wall", t.wall_s);
   row("host: recording and dispatch (host_record)", t.host_record_s);
   row("host: flushing traces (flush)", t.flush_s);
@@ -98,16 +104,13 @@ std::string Metrics::report(const TimeBreakdown& t) const {
   const size_t shown = std::min<size_t>(ops.size(), 5);
   for (size_t i = 0; i < shown; ++i) row("    " + ops[i].first, ops[i].second);
   if (ops.size() > shown) os << "      ... " << ops.size() - shown << " more\n";
-  // Before the closing rule of the counters.
-  const size_t rule = counters.rfind("=====", counters.size() - 2);
-  const size_t at = counters.rfind('\n', rule) + 1;
-  return counters.substr(0, at) + os.str() + counters.substr(at);
+  os.flags(flags);
 }
 
-std::string Metrics::report() const {
+}  // namespace
+
+void Metrics::write_counters(std::ostream& os) const {
   auto snap = snapshot();
-  std::ostringstream os;
-  os << "==================== kiln metrics ====================\n";
   auto total = [](const std::map<std::string, int64_t>& m) {
     int64_t s = 0;
     for (auto& [k, v] : m) s += v;
@@ -128,7 +131,22 @@ std::string Metrics::report() const {
     }
     if (rows.size() > shown) os << "  ... " << rows.size() - shown << " more\n";
   }
-  os << "======================================================\n";
+}
+
+std::string Metrics::report() const {
+  std::ostringstream os;
+  os << kOpeningRule;
+  write_counters(os);
+  os << kClosingRule;
+  return os.str();
+}
+
+std::string Metrics::report(const TimeBreakdown& times) const {
+  std::ostringstream os;
+  os << kOpeningRule;
+  write_counters(os);
+  write_time_breakdown(os, times);
+  os << kClosingRule;
   return os.str();
 }
 

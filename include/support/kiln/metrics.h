@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <iosfwd>
 #include <map>
 #include <mutex>
 #include <string>
@@ -54,6 +55,7 @@ class Metrics {
   static const char* counter_name(Counter counter);
 
  private:
+  void write_counters(std::ostream& os) const;
   using Table = std::map<std::string, int64_t, std::less<>>;
   static constexpr int kCounters = 15;
   mutable std::mutex mu_;
