@@ -1,6 +1,13 @@
-"""What kiln did: how each op ran (traced, library kernel, fallback), launches, copies, sync points, errors, fusion."""
+"""What kiln did: how each op ran (traced, library kernel, fallback), launches, copies, sync points, errors, fusion;
+and where the time went (breakdown())."""
+
+import threading
 
 from . import _C
+
+# host_python_s is the main thread's time outside kiln.
+if threading.current_thread() is threading.main_thread():
+    _C.metrics_mark_main_thread()
 
 
 def counters():
@@ -31,11 +38,54 @@ def counters():
     return _C.metrics_counters()
 
 
+def breakdown():
+    """Where the time went since the last reset() (or kiln's import): a dict of seconds.
+
+    Host time is measured by kiln's own timers on the thread that spends it. Each thread's time
+    goes to its innermost timer (exclusive time): a flush inside an op counts as flush_s, not
+    host_record_s, and a compile inside the flush as compile_s.
+
+    - wall_s: wall time since the reset.
+    - host_record_s: host time inside kiln's dispatch of device ops (its ATen entry points:
+      the library kernel every op reaches, copies, allocation, .item(), resize_): recording in
+      lazy mode, shape inference, argument checks, running an op on the host, enqueueing library
+      kernels. Views (view, as_strided) are metadata and count as Python time.
+    - flush_s: host time flushing traces: plan signatures, plan lookup or planning, launch
+      submission (compile time excluded).
+    - compile_s: wall time compiling kernels with LLVM (and loading them), on the thread that
+      compiles; a compile that waits for the background compiler warm-up counts the wait. The
+      warm-up itself is not counted (counters()["compile_time"]["warm_up_us"] has it).
+    - host_wait_s: host time blocked waiting for a device: synchronize, .item(), copies to host,
+      events, the recorder's contended lock, out-of-memory retries.
+    - host_python_s: wall_s minus the four above as the main thread spent them: its time in
+      Python, autograd and the PyTorch dispatcher outside kiln. Clamped at 0.
+    - fused_kernel_s: device time running compiled (fused) kernels.
+    - library_kernel_s: device time running library kernels and copies; library_kernels_by_op:
+      that time by launch name ("aten::mm", "copy host->device"; top_library_kernels() sorts it).
+    - device_idle_s: wall_s minus the device's busy time (every task its queue ran: kernels,
+      copies, queued frees, event markers), summed over the devices that ran anything since the
+      reset; device 0's (wall_s) when none did.
+
+    Device times are summed over devices. The host parts other than host_python_s are summed over
+    threads: autograd's device thread records the backward pass while the main thread waits in
+    backward() (host_python_s), so with it these may overlap; on one thread the host parts add up
+    to wall_s. Device time overlaps host time: the device runs while the host records.
+    """
+    return _C.metrics_breakdown()
+
+
+def top_library_kernels(n=5, times=None):
+    """The `n` library kernels (and copies) with the most device time: [(launch name, seconds)],
+    largest first, from `times` (a breakdown()) or a new breakdown."""
+    by_op = (times if times is not None else breakdown())["library_kernels_by_op"]
+    return sorted(by_op.items(), key=lambda kv: kv[1], reverse=True)[:n]
+
+
 def report():
-    """The counters as text, largest first."""
+    """The counters as text, largest first, then the time breakdown (ms and % of wall_s)."""
     return _C.metrics_report()
 
 
 def reset():
-    """Zero every counter."""
+    """Zero every counter and the time breakdown (its wall clock restarts)."""
     _C.metrics_reset()

@@ -61,6 +61,7 @@ void dump(const std::string& name, const ir::Kernel& k, const codegen::CompiledO
 }
 
 cache::Entry build(const fusion::PlannedKernel& pk, const std::string& name) {
+  const TimeScope timing(TimeCategory::Compile);  // the warm-up it waits for, the compile and the load
   const bool want_ir = !g_options.dump_dir.empty();
   wait_for_compiler_warm_up();
   codegen::CompiledObject obj = codegen::compile(pk.kernel, name, g_options.codegen, want_ir);
@@ -130,6 +131,7 @@ static void count_traced_ops(const trace::Trace& trace, Metrics& metrics) {
 
 void flush(runtime::Device& dev, const trace::Trace& trace, std::string_view reason) {
   if (trace.empty()) return;
+  const TimeScope timing(TimeCategory::Flush);
   Metrics& metrics = Metrics::global();
   metrics.add(Counter::TraceFlushes, reason);
   count_traced_ops(trace, metrics);

@@ -35,7 +35,7 @@ void Device::free(void* ptr) {
 
 uint64_t Device::launch(std::string name, LaunchQueue::Work work) {
   Metrics::global().add(Counter::Launches, name);
-  uint64_t seq = queue_.submit(std::move(name), std::move(work));
+  uint64_t seq = queue_.submit(std::move(name), std::move(work), TaskKind::Library);
   if (launch_blocking_) queue_.synchronize();
   return seq;
 }
@@ -43,7 +43,8 @@ uint64_t Device::launch(std::string name, LaunchQueue::Work work) {
 uint64_t Device::launch(std::shared_ptr<Executable> exe, LaunchArgs args) {
   Metrics::global().add(Counter::Launches, exe->kind());
   std::string name = exe->name();
-  uint64_t seq = queue_.submit(std::move(name), [exe = std::move(exe), args = std::move(args)] { exe->run(args); });
+  uint64_t seq = queue_.submit(
+      std::move(name), [exe = std::move(exe), args = std::move(args)] { exe->run(args); }, TaskKind::Fused);
   if (launch_blocking_) queue_.synchronize();
   return seq;
 }
@@ -155,6 +156,24 @@ Device& Runtime::device(int index) {
 
 void Runtime::synchronize_all() {
   for (auto& d : devices_) d->synchronize();
+}
+
+std::vector<DeviceTimes> Runtime::device_times() const {
+  std::vector<DeviceTimes> out;
+  for (const auto& d : devices_) out.push_back(d->times());
+  return out;
+}
+
+TimeBreakdown time_breakdown() {
+  return Timers::global().breakdown(Runtime::initialized() ? Runtime::get().device_times()
+                                                           : std::vector<DeviceTimes>{});
+}
+
+void reset_time_breakdown() {
+  Timers::global().reset();
+  if (!Runtime::initialized()) return;
+  Runtime& rt = Runtime::get();
+  for (int i = 0; i < rt.device_count(); ++i) rt.device(i).reset_times();
 }
 
 }  // namespace kiln::runtime

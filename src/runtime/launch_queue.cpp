@@ -1,4 +1,5 @@
 // In-order launch queue with its own worker thread.
+#include <algorithm>
 #include <exception>
 
 #include "kiln/runtime.h"
@@ -24,11 +25,11 @@ LaunchQueue::~LaunchQueue() {
   if (worker_.joinable()) worker_.join();
 }
 
-uint64_t LaunchQueue::submit(std::string name, Work work) {
+uint64_t LaunchQueue::submit(std::string name, Work work, TaskKind kind) {
   uint64_t seq;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    items_.push_back(Item{std::move(name), std::move(work)});
+    items_.push_back(Item{std::move(name), std::move(work), kind});
     seq = submitted_.fetch_add(1, std::memory_order_acq_rel) + 1;
   }
   work_cv_.notify_one();
@@ -48,6 +49,7 @@ void LaunchQueue::worker_loop() {
     std::string failure;
     std::exception_ptr cause;
     bool failed = false;
+    const int64_t start = clock_ticks();
     try {
       item.work();
     } catch (const std::exception& e) {
@@ -58,9 +60,18 @@ void LaunchQueue::worker_loop() {
       failed = true;
       failure = "unknown exception";
     }
+    // A task that began before the breakdown's last reset counts from there.
+    const int64_t ticks = std::max<int64_t>(clock_ticks() - std::max(start, Timers::last_reset_ticks()), 0);
     item.work = nullptr;  // release captured resources before signalling completion
     {
       std::lock_guard<std::mutex> lock(mu_);
+      times_.busy_ticks += ticks;
+      if (item.kind == TaskKind::Fused) {
+        times_.fused_ticks += ticks;
+      } else if (item.kind == TaskKind::Library) {
+        times_.library_ticks += ticks;
+        times_.library_ticks_by_name[item.name] += ticks;
+      }
       if (failed && !first_error_) {
         first_error_ = std::make_unique<LaunchError>(device_, item.name, failure);
         first_error_->cause = std::move(cause);
@@ -82,6 +93,8 @@ void LaunchQueue::wait_for(uint64_t seq) {
 }
 
 void LaunchQueue::wait_host(const std::function<void()>& wait) const {
+  // Every host wait for a device passes here: the one place they are timed.
+  const TimeScope timing(TimeCategory::HostWait);
   if (host_wait_) host_wait_(wait);
   else wait();
 }
@@ -95,6 +108,16 @@ void LaunchQueue::raise_pending_error() {
     has_error_.store(false, std::memory_order_release);
   }
   if (err) throw LaunchError(*err);
+}
+
+DeviceTimes LaunchQueue::times() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return times_;
+}
+
+void LaunchQueue::reset_times() {
+  std::lock_guard<std::mutex> lock(mu_);
+  times_ = {};
 }
 
 void LaunchQueue::synchronize() {

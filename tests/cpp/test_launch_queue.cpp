@@ -1,7 +1,8 @@
-// LaunchQueue: ordering, asynchrony, error delivery and waiting.
+// LaunchQueue: ordering, asynchrony, error delivery, waiting and task times.
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <future>
 #include <latch>
 #include <mutex>
@@ -253,6 +254,83 @@ TEST(LaunchQueue, DestructorDrainsPendingLaunches) {
     for (int i = 0; i < 100; ++i) q.submit("count", [&] { ran.fetch_add(1); });
   }
   EXPECT_EQ(ran.load(), 100);
+}
+
+}  // namespace
+
+namespace {
+
+using kiln::runtime::TaskKind;
+
+void sleep_ms(int ms) { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }
+
+TEST(LaunchQueue, TheWorkerTimesEachTaskByKindAndLibraryTasksByName) {
+  LaunchQueue q(0);
+  q.submit("aten::mm", [] { sleep_ms(30); }, TaskKind::Library);
+  q.submit("aten::mm", [] { sleep_ms(10); }, TaskKind::Library);
+  q.submit("copy host->device", [] { sleep_ms(5); }, TaskKind::Library);
+  q.submit("kiln_0123", [] { sleep_ms(20); }, TaskKind::Fused);
+  q.submit("free", [] { sleep_ms(5); });  // TaskKind::Other
+  q.submit(
+      "throws",
+      [] {
+        sleep_ms(5);
+        throw std::runtime_error("bad");
+      },
+      TaskKind::Library);
+  EXPECT_THROW(q.synchronize(), LaunchError);
+  const kiln::DeviceTimes t = q.times();
+  const auto s = [](int64_t ticks) { return kiln::ticks_to_seconds(ticks); };
+  EXPECT_GE(s(t.library_ticks_by_name.at("aten::mm")), 0.038);
+  EXPECT_GE(s(t.library_ticks_by_name.at("copy host->device")), 0.0045);
+  EXPECT_GE(s(t.library_ticks_by_name.at("throws")), 0.0045);  // a failed task ran too
+  EXPECT_EQ(t.library_ticks_by_name.size(), 3u);               // fused kernels and frees are not library kernels
+  EXPECT_GE(s(t.fused_ticks), 0.019);
+  EXPECT_LT(s(t.fused_ticks), 0.5);
+  int64_t by_name = 0;
+  for (const auto& [name, ticks] : t.library_ticks_by_name) by_name += ticks;
+  EXPECT_EQ(by_name, t.library_ticks);
+  EXPECT_GE(t.busy_ticks - t.library_ticks - t.fused_ticks, int64_t(0.0045 / kiln::seconds_per_tick()));
+  q.reset_times();
+  const kiln::DeviceTimes zero = q.times();
+  EXPECT_EQ(zero.busy_ticks, 0);
+  EXPECT_EQ(zero.library_ticks, 0);
+  EXPECT_EQ(zero.fused_ticks, 0);
+  EXPECT_TRUE(zero.library_ticks_by_name.empty());
+}
+
+TEST(LaunchQueue, AHostWaitIsTimedAsWaiting) {
+  kiln::Timers::global().reset();
+  LaunchQueue q(0);
+  q.submit("slow", [] { sleep_ms(30); }, TaskKind::Library);
+  q.synchronize();
+  const double waited = kiln::Timers::global().breakdown({}).host_wait_s;
+  EXPECT_GE(waited, 0.015);  // the submit itself takes a moment of the 30 ms
+  EXPECT_LT(waited, 0.5);
+}
+
+}  // namespace
+
+namespace {
+
+TEST(LaunchQueue, ATaskSpanningAResetCountsFromTheReset) {
+  LaunchQueue q(0);
+  std::promise<void> started;
+  q.submit(
+      "aten::mm",
+      [&started] {
+        started.set_value();
+        sleep_ms(60);
+      },
+      kiln::runtime::TaskKind::Library);
+  started.get_future().wait();
+  sleep_ms(30);
+  kiln::Timers::global().reset();
+  q.reset_times();
+  q.synchronize();
+  const double seconds = kiln::ticks_to_seconds(q.times().library_ticks);
+  EXPECT_GT(seconds, 0.0);
+  EXPECT_LT(seconds, 0.045);  // about 30 ms of its 60
 }
 
 }  // namespace

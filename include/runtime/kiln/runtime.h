@@ -29,6 +29,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kiln/metrics.h"
+
 namespace kiln::runtime {
 
 // The most devices a process may have (KILN_DEVICE_COUNT's upper bound):
@@ -155,8 +157,17 @@ class Executable {
 
 // ---------------------------------------------------------------- queue
 
+// What a task on a queue is, for the device times (DeviceTimes).
+enum class TaskKind : uint8_t {
+  Library,  // a host function: a library kernel or a copy
+  Fused,    // a compiled executable
+  Other,    // a queued free, an event marker
+};
+
 // One in-order queue with its own worker. Thread-safe: launches from several
-// threads are ordered by submission.
+// threads are ordered by submission. The worker times every task it runs
+// (two clock reads; the totals are updated under the lock it takes after
+// each task anyway).
 class LaunchQueue {
  public:
   using Work = std::function<void()>;
@@ -168,7 +179,7 @@ class LaunchQueue {
 
   // Enqueue `work`; returns its sequence number (1, 2, ...). `name` is what an
   // error report will call it. Exceptions thrown by `work` become LaunchErrors.
-  uint64_t submit(std::string name, Work work);
+  uint64_t submit(std::string name, Work work, TaskKind kind = TaskKind::Other);
 
   // Wait until every launch submitted so far has run, then deliver (and clear)
   // the first error recorded since the last delivery.
@@ -185,16 +196,21 @@ class LaunchQueue {
   bool idle() const { return completed() == submitted(); }
   bool has_pending_error() const { return has_error_.load(std::memory_order_acquire); }
 
+  // The time the worker spent in the tasks it finished since the last reset.
+  DeviceTimes times() const;
+  void reset_times();
+
  private:
   struct Item {
     std::string name;
     Work work;
+    TaskKind kind = TaskKind::Other;
   };
   void worker_loop();
 
   const int device_;
   const HostWait host_wait_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::condition_variable work_cv_;  // worker waits for items
   std::condition_variable done_cv_;  // waiters wait for completion
   std::deque<Item> items_;
@@ -202,6 +218,7 @@ class LaunchQueue {
   std::atomic<uint64_t> completed_{0};
   std::atomic<bool> has_error_{false};
   std::unique_ptr<LaunchError> first_error_;  // guarded by mu_
+  DeviceTimes times_;                         // guarded by mu_
   bool stop_ = false;
   std::thread worker_;
 };
@@ -277,6 +294,9 @@ class Device {
   // work may need to finish) the way the runtime's own waits run: through
   // the HostWait the device was given.
   void wait_host(const std::function<void()>& wait) const { queue_.wait_host(wait); }
+  // The device time of its tasks since the last reset_times() (DeviceTimes).
+  DeviceTimes times() const { return queue_.times(); }
+  void reset_times() { queue_.reset_times(); }
 
  private:
   const int index_;
@@ -315,11 +335,22 @@ class Runtime {
   Device& device(int index);
   void synchronize_all();
   const RuntimeOptions& options() const { return options_; }
+  // Every device's times, in index order.
+  std::vector<DeviceTimes> device_times() const;
 
  private:
   explicit Runtime(const RuntimeOptions& options);
   RuntimeOptions options_;
   std::vector<std::unique_ptr<Device>> devices_;
 };
+
+// ---------------------------------------------------------------- time breakdown
+
+// Where the time went since the last reset_time_breakdown(): the host timers
+// (kiln::Timers) and every device's task times. Without a runtime, the host
+// part alone.
+TimeBreakdown time_breakdown();
+// Zeroes the host timers and every device's times; restarts the wall clock.
+void reset_time_breakdown();
 
 }  // namespace kiln::runtime

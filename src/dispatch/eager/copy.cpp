@@ -120,6 +120,7 @@ void check_copy_arguments(const at::Tensor& src, const at::Tensor& dst) {
 }
 
 at::Tensor copy_from(const at::Tensor& self, const at::Tensor& dst, bool non_blocking) {
+  const TimeScope timing(TimeCategory::HostRecord);  // host_record_s (kiln.metrics.breakdown)
   TORCH_CHECK(self.defined() && dst.defined(), "copy: source and destination must be defined");
   // Views of the same data (two slices of one expanded tensor): eager's
   // copy_ returns before any check, as there is nothing to move.
@@ -146,6 +147,7 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 }
 
 at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
+  const TimeScope timing(TimeCategory::HostRecord);
   return at::native::copy_(self, src, non_blocking);
 }
 

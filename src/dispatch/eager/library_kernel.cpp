@@ -444,6 +444,7 @@ void run_async(Call& call) {
 }
 
 void neuron_library_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet, torch::jit::Stack* stack) {
+  const TimeScope timing(TimeCategory::HostRecord);  // host_record_s (kiln.metrics.breakdown)
   const OpInfo& info = op_info_for(op);
   const size_t first = stack->size() - op.schema().arguments().size();
   with_torch_errors([&] {

@@ -69,6 +69,7 @@ c10::DeviceIndex factory_index(std::optional<c10::Device> device_opt) {
 at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
                                std::optional<c10::Layout> layout, std::optional<c10::Device> device_opt,
                                std::optional<bool> pin_memory, std::optional<c10::MemoryFormat> memory_format) {
+  const TimeScope timing(TimeCategory::HostRecord);  // host_record_s (kiln.metrics.breakdown)
   check_factory_options(layout, pin_memory);
   c10::DeviceGuard guard(c10::Device(c10::kPrivateUse1, factory_index(device_opt)));
   return at::detail::empty_generic(size, c10::GetAllocator(c10::kPrivateUse1),
@@ -79,6 +80,7 @@ at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarT
 at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<c10::ScalarType> dtype,
                          std::optional<c10::Layout> layout, std::optional<c10::Device> device_opt,
                          std::optional<bool> pin_memory) {
+  const TimeScope timing(TimeCategory::HostRecord);
   check_factory_options(layout, pin_memory);
   return empty_device(size, stride, c10::dtype_or_default(dtype), factory_index(device_opt));
 }
@@ -98,6 +100,7 @@ at::Tensor reshape_alias(const at::Tensor& self, c10::SymIntArrayRef size, c10::
 
 const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size_sym,
                           std::optional<c10::MemoryFormat> memory_format) {
+  const TimeScope timing(TimeCategory::HostRecord);
   auto size = C10_AS_INTARRAYREF_SLOW(size_sym);
   auto* impl = self.unsafeGetTensorImpl();
   impl->set_sizes_contiguous(size);
@@ -128,6 +131,7 @@ at::Tensor& set_empty(at::Tensor& self) {
 }
 
 c10::Scalar local_scalar_dense(const at::Tensor& self) {
+  const TimeScope timing(TimeCategory::HostRecord);
   runtime::Device& dev = device(self.device().index());
   synchronize(dev, "item");
   Metrics::global().add(Counter::BytesCopied, "device_to_host", self.element_size());

@@ -43,6 +43,26 @@ py::dict device_properties(int index) {
   return d;
 }
 
+// kiln.metrics.breakdown(): seconds since the last reset, in the keys
+// python/kiln/metrics.py documents (another tool's contract: keep them).
+py::dict time_breakdown_dict() {
+  const TimeBreakdown t = runtime::time_breakdown();
+  py::dict d;
+  d["wall_s"] = t.wall_s;
+  d["host_record_s"] = t.host_record_s;
+  d["flush_s"] = t.flush_s;
+  d["compile_s"] = t.compile_s;
+  d["host_wait_s"] = t.host_wait_s;
+  d["host_python_s"] = t.host_python_s;
+  d["fused_kernel_s"] = t.fused_kernel_s;
+  d["library_kernel_s"] = t.library_kernel_s;
+  py::dict by_op;
+  for (const auto& [name, seconds] : t.library_kernels_by_op) by_op[py::str(name)] = seconds;
+  d["library_kernels_by_op"] = by_op;
+  d["device_idle_s"] = t.device_idle_s;
+  return d;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -86,9 +106,14 @@ PYBIND11_MODULE(_C, m) {
     for (const engine::CompileTime& t : engine::compile_times()) out.emplace_back(t.cpu_ms, t.wall_ms);
     return out;
   });
-  m.def("metrics_report", [] { return Metrics::global().report(); });
+  m.def("metrics_report", [] { return Metrics::global().report(runtime::time_breakdown()); });
   m.def("metrics_counters", [] { return Metrics::global().snapshot(); });
-  m.def("metrics_reset", [] { Metrics::global().reset(); });
+  m.def("metrics_breakdown", &time_breakdown_dict);
+  m.def("metrics_mark_main_thread", [] { Timers::global().mark_main_thread(); });
+  m.def("metrics_reset", [] {
+    Metrics::global().reset();
+    runtime::reset_time_breakdown();
+  });
   m.def("metrics_at_exit", [] { return settings().metrics_at_exit; });
   m.def("knobs", [] {
     py::list rows;
