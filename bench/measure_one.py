@@ -121,8 +121,7 @@ def measure(workload, contender, scale, warmup_s, reps, budget_s):
         result["base_bytes"] = base_bytes
     if lazy:
         result["counters"] = kiln.metrics.counters()
-        breakdown = getattr(kiln.metrics, "breakdown", None)  # TODO(merge)
-        result["breakdown_per_step"] = per_step(breakdown(), len(times)) if breakdown else None
+        result["breakdown_per_step"] = per_step(kiln.metrics.breakdown(), len(times))
         # Every region this process compiled (first step and warm-up included): (CPU ms, wall ms).
         result["compile_times_ms"] = kiln._C.compile_times_ms()
     return result
