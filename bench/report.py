@@ -243,6 +243,8 @@ def breakdown_section(data, summary):
         top = sorted(b.get("library_kernels_by_op", {}).items(), key=lambda kv: -kv[1])[:5]
         ops = ", ".join(f"{op} {s * 1e3:.2f}" for op, s in top) or "—"
         cells = [f"{b[k] * 1e3:.2f}" if k in b else "—" for k, _ in BREAKDOWN]
+        ceiling = stats.library_kernel_ceiling(summary[w["name"]])
+        cells.append(f"{ceiling:.2f}×" if ceiling else "—")
         rows.append(f"| {w['name']} | " + " | ".join(cells) + f" | {ops} |")
     if not rows:
         return []
@@ -250,10 +252,13 @@ def breakdown_section(data, summary):
         "## Where the time goes (kiln lazy)",
         "",
         "Milliseconds per timed step from `kiln.metrics.breakdown()` (reset after the warm-up), median over rounds; "
-        "the last column is the library kernels' five largest ops:",
+        "the last column is the library kernels' five largest ops. Library kernels are CPU's own "
+        "implementations (matmuls, convolutions, attention), so they take about what they take in eager "
+        "CPU: *ceiling* is eager CPU's step time over kiln lazy's library-kernel time, the most kiln "
+        "lazy could gain over eager CPU if everything else took no time.",
         "",
-        "| workload | " + " | ".join(label for _, label in BREAKDOWN) + " | top library kernels (ms) |",
-        "|---|" + "---|" * (len(BREAKDOWN) + 1),
+        "| workload | " + " | ".join(label for _, label in BREAKDOWN) + " | ceiling | top library kernels (ms) |",
+        "|---|" + "---|" * (len(BREAKDOWN) + 2),
         *rows,
         "",
     ]

@@ -75,6 +75,18 @@ def contender_summary(runs):
     }
 
 
+def library_kernel_ceiling(workload_summary):
+    """Eager CPU's step time over kiln lazy's library-kernel time per step: the most kiln lazy
+    could gain over eager CPU if all else (fused kernels, host work, idle) took no time, since
+    library kernels are CPU's own implementations. None without both numbers."""
+    contenders = workload_summary["contenders"]
+    eager, lazy = contenders.get("cpu_eager"), contenders.get("kiln_lazy")
+    breakdown = lazy and lazy.get("breakdown_per_step")
+    if not eager or not breakdown or not breakdown.get("library_kernel_s"):
+        return None
+    return eager["time_s"]["median"] / breakdown["library_kernel_s"]
+
+
 def share_per_round(runs, bytes_moved, reference_by_round):
     """Per-round achieved GB/s (bytes / the round's median time) over the same round's reference GB/s.
 
