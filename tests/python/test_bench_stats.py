@@ -226,3 +226,12 @@ def test_breakdown_is_divided_by_the_timed_steps():
 
     b = {"wall_s": 2.0, "compile_s": 0, "library_kernels_by_op": {"mm": 1.0}}
     assert measure_one.per_step(b, 4) == {"wall_s": 0.5, "compile_s": 0.0, "library_kernels_by_op": {"mm": 0.25}}
+
+
+def test_a_loaded_run_says_it_is_not_a_verdict():
+    data = made_up_run()
+    data["machine"] = {"cores": 2}
+    data["load_1min"] = {"median": 1.9, "min": 1.5, "max": 2.1}
+    assert "not a verdict" not in "\n".join(report.targets_section(data, None))
+    data["load_1min"] = {"median": 3.4, "min": 2.8, "max": 4.0}
+    assert "not a verdict" in "\n".join(report.targets_section(data, None))
