@@ -129,6 +129,20 @@ def targets_section(data, notes_path):
     return lines
 
 
+def contender_table(data, summary, contenders, field, fmt):
+    """A markdown table: one row per workload, one column per contender, `fmt` of its summary's `field`."""
+    rows = [
+        "| workload | " + " | ".join(c["label"] for c in contenders) + " |",
+        "|---|" + "---|" * len(contenders),
+    ]
+    for w in data["workloads"]:
+        cs = summary[w["name"]]["contenders"]
+        rows.append(
+            f"| {w['name']} | " + " | ".join(fmt(cs.get(c["key"]) and cs[c["key"]][field]) for c in contenders) + " |"
+        )
+    return rows
+
+
 def e2e_section(data, summary):
     contenders = ran(data)
     lines = [
@@ -136,13 +150,8 @@ def e2e_section(data, summary):
         "",
         "Steady-state milliseconds per step: median over rounds of the per-process medians (min-max over rounds):",
         "",
-        "| workload | " + " | ".join(c["label"] for c in contenders) + " |",
-        "|---|" + "---|" * len(contenders),
+        *contender_table(data, summary, contenders, "time_s", ms_range),
     ]
-    for w in data["workloads"]:
-        cs = summary[w["name"]]["contenders"]
-        cells = [ms_range(cs.get(c["key"]) and cs[c["key"]]["time_s"]) for c in contenders]
-        lines.append(f"| {w['name']} | " + " | ".join(cells) + " |")
     names = [
         ("kiln_eager_vs_cpu_eager", "kiln eager vs eager CPU"),
         ("kiln_lazy_vs_cpu_eager", "kiln lazy vs eager CPU"),
@@ -163,13 +172,8 @@ def e2e_section(data, summary):
         "",
         "First step, seconds (cold process: compiles included), median over rounds (min-max):",
         "",
-        "| workload | " + " | ".join(c["label"] for c in contenders) + " |",
-        "|---|" + "---|" * len(contenders),
+        *contender_table(data, summary, contenders, "first_s", s_range),
     ]
-    for w in data["workloads"]:
-        cs = summary[w["name"]]["contenders"]
-        cells = [s_range(cs.get(c["key"]) and cs[c["key"]]["first_s"]) for c in contenders]
-        lines.append(f"| {w['name']} | " + " | ".join(cells) + " |")
     lines += ["", "Workloads:", ""] + [f"- `{w['name']}`: {w['description']}" for w in data["workloads"]] + [""]
     return lines + skipped_section(data)
 

@@ -25,6 +25,19 @@ def _n(base, scale, minimum=1):
     return max(minimum, int(base * scale))
 
 
+def _classifier_step(fwd, opt, x, y):
+    """One training step of a classifier on a fixed batch: cross-entropy, backward, optimizer step."""
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(fwd(x), y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    return step
+
+
 # ---------------------------------------------------------------- pointwise chain
 
 POINTWISE_ELEMENTS = 4 * 1024 * 1024
@@ -129,14 +142,7 @@ def build_mlp_train(device, scale, compile_fn):
     x = torch.randn(batch, 784, device=device)
     y = torch.randint(0, 10, (batch,), device=device)
 
-    def step():
-        opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(fwd(x), y)
-        loss.backward()
-        opt.step()
-        return loss.detach()
-
-    return step
+    return _classifier_step(fwd, opt, x, y)
 
 
 # ---------------------------------------------------------------- GPT-style transformer training step
@@ -353,14 +359,7 @@ def build_convnet_train(device, scale, compile_fn):
     x = torch.randn(batch, 3, 32, 32, generator=g).to(device)
     y = torch.randint(0, 10, (batch,), generator=g).to(device)
 
-    def step():
-        opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(fwd(x), y)
-        loss.backward()
-        opt.step()
-        return loss.detach()
-
-    return step
+    return _classifier_step(fwd, opt, x, y)
 
 
 # ---------------------------------------------------------------- Hugging Face GPT-2 training step
