@@ -15,6 +15,7 @@
 #include "codegen/lowering.h"
 #include "codegen/scale_by_power_of_two.h"
 #include "codegen/value_types.h"
+#include "codegen/vector_math_library.h"
 
 namespace kiln::codegen {
 
@@ -44,9 +45,10 @@ void Lowering::emit(const std::string& symbol) {
   fn_->addFnAttr("prefer-vector-width", "512");
   // Divisions marked arcp (FloatMath's estimated division; every one under
   // KILN_FAST_MATH) become a reciprocal estimate and Newton-Raphson steps:
-  // one from AVX-512's 14-bit vector estimate, two from the 12-bit scalar
-  // one (rcpss), so a loop's remainder is as accurate as its vector body.
-  fn_->addFnAttr("reciprocal-estimates", "divf:2,vec-divf:1");
+  // one from AVX-512's 14-bit vector estimate, two from a 12-bit one (rcpss,
+  // and AVX2's vrcpps), so a loop's remainder is as accurate as its vector
+  // body and tanh saturates at the same argument on either.
+  fn_->addFnAttr("reciprocal-estimates", host_has_cpu_feature("avx512f") ? "divf:2,vec-divf:1" : "divf:2,vec-divf:2");
   auto args = fn_->arg_begin();
   Value* bufs = &*args++;
   ints_ = &*args++;

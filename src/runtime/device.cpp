@@ -17,7 +17,8 @@ void* Device::allocate(size_t bytes) {
   try {
     return pool_.allocate(bytes);
   } catch (const OutOfMemoryError&) {
-    // Blocks whose free is still queued behind pending launches may make room.
+    // Pending launches hold memory their arguments keep alive (a library
+    // kernel's captured tensors): it comes back as they finish.
     if (queue_.idle()) throw;
     queue_.wait_for(queue_.submitted());
     return pool_.allocate(bytes);
@@ -25,12 +26,12 @@ void* Device::allocate(size_t bytes) {
 }
 
 void Device::free(void* ptr) {
-  if (ptr == nullptr) return;
-  if (queue_.idle()) {
-    pool_.free(ptr);
-    return;
-  }
-  queue_.submit("free", [this, ptr] { pool_.free(ptr); });
+  // Back to the pool at once, also while launches that use the block are
+  // pending: the queue runs in order, so every launch that uses the block's
+  // next owner runs after them (CUDA's caching allocator reuses a block on its
+  // stream the same way). Deferring the free behind the queue instead made a
+  // host running ahead allocate fresh pages for every output in flight.
+  pool_.free(ptr);
 }
 
 uint64_t Device::launch(std::string name, LaunchQueue::Work work) {

@@ -22,9 +22,11 @@ import workloads  # noqa: E402
 
 STEPS = 3
 SCALE = 0.01  # LSTM batch 2 x bptt 4, ResNet batch 2, GPT-2 batch 1, 167,772 elements per chain input
-# Losses after 3 steps: as test_real_models.py (measured: at most 2.5e-6
-# relative, the LSTM's third loss in lazy mode; the others 1.2e-7).
-LOSS_RTOL = 1e-5
+# Losses after 3 steps (measured: at most 2.5e-6 relative with AVX-512, the
+# LSTM's third loss in lazy mode; 1.05e-5 on an AVX2-only AMD EPYC, the conv
+# net's third loss in lazy mode: its batch of 2 through BatchNorm amplifies
+# ulp-level differences of fused kernels step by step).
+LOSS_RTOL = 3e-5
 TRAINING = ["lstm_lm_train", "convnet_train", "hf_gpt2_train"]
 
 

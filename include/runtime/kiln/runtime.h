@@ -264,8 +264,8 @@ class Device {
   MemoryPool& memory() { return pool_; }
 
   void* allocate(size_t bytes);
-  // Frees after every launch submitted so far has run (the block may still be
-  // read or written by them); immediately when the queue is idle.
+  // Gives the block back to the pool at once, even while launches that use it
+  // are pending: its next owner's launches queue behind them.
   void free(void* ptr);
 
   // Launch a host function (library kernel) or a loaded executable.
@@ -307,8 +307,8 @@ class Device {
 
 // Copy between two devices: ordered after the source's pending work, on the
 // destination's queue. The caller keeps the source bytes alive until the
-// destination's queue ran the copy (the source queue is idle on return, so a
-// free of the source would be immediate).
+// destination's queue ran the copy (the source's queue does not order the
+// copy: its next owner of the bytes could overwrite them first).
 void copy_between_devices(Device& dst_dev, void* dst, Device& src_dev, const void* src, size_t bytes);
 
 // ---------------------------------------------------------------- runtime

@@ -75,8 +75,9 @@ class NeuronDeviceAllocator final : public c10::DeviceAllocator {
   }
 
   void recordStream(const c10::DataPtr&, c10::Stream) override {
-    // Every stream of a device shares its one in-order queue, and frees are
-    // deferred behind pending launches: nothing to record.
+    // Every stream of a device shares its one in-order queue, so a block's
+    // next owner's launches run after every launch that used it: nothing to
+    // record.
   }
 
   DeviceStats getDeviceStats(c10::DeviceIndex index) override {

@@ -44,7 +44,8 @@ void resize_device_storage(const c10::Storage& storage, size_t nbytes) {
   c10::DeviceGuard guard(impl->device());
   c10::DataPtr fresh = impl->allocator()->allocate(nbytes);
   const size_t keep = std::min(nbytes, impl->nbytes());
-  // The old block's free queues up behind this copy.
+  // The old block goes back to the pool when `fresh` replaces it; its next
+  // owner's launches queue behind this copy.
   if (keep > 0) with_torch_errors([&] { device(index).copy_on_device(fresh.get(), impl->data(), keep); });
   impl->set_data_ptr_noswap(std::move(fresh));
   impl->set_nbytes(nbytes);
