@@ -165,6 +165,30 @@ def test_lstm_runs_cpus_layer_kernel_with_cpus_bits(kwargs, mode):
     assert "aten::mm" not in library, library
 
 
+def test_lstm_layer_kernel_is_launched_after_its_first_call(mode):
+    """mkldnn_rnn_layer's meta kernel sizes oneDNN's workspace 0 bytes: the first call with these shapes runs
+    on the host, later ones allocate what it returned and launch with no sync point (OpInfo::geometry_from_cpu)."""
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(4, 6, num_layers=2)
+    dev_lstm = copy.deepcopy(lstm).to(DEVICE)
+    x = torch.randn(5, 3, 4)
+    for step in range(3):
+        if step == 2:
+            sync()
+            kiln.metrics.reset()
+        out, _ = dev_lstm(x.to(DEVICE))
+        out.sum().backward()
+        want, _ = lstm(x)
+        want.sum().backward()
+        torch.testing.assert_close(out.detach().cpu(), want.detach(), rtol=0, atol=0)
+    for p, q in zip(lstm.parameters(), dev_lstm.parameters()):
+        torch.testing.assert_close(q.grad.cpu(), p.grad, rtol=0, atol=0)
+    counters = kiln.metrics.counters()
+    assert counters["library_kernels"].get("aten::mkldnn_rnn_layer") == 2, counters["library_kernels"]
+    reasons = [r for r in counters["sync_points"] if "meta kernel" in r or "first call" in r]
+    assert reasons == [], counters["sync_points"]
+
+
 def test_lstm_outside_the_layer_kernel_steps_through_time(mode):
     """Projections and float64 are not what CPU's layer kernel takes: the time-step path runs, still CPU's answer."""
     for make, dtype in (

@@ -282,8 +282,9 @@ std::shared_ptr<const InferredShapes> infer_or_run_on_host(Call& call) {
 }
 
 // The call's outputs: arguments written in place take their new geometry;
-// fresh outputs are allocated from the meta results.
-Outputs make_outputs(Call& call, const InferredShapes& shapes) {
+// fresh outputs are allocated from `returns` (the meta results, or what the
+// CPU kernel returned: InferredShapes::cpu_returns).
+Outputs make_outputs(Call& call, const InferredShapes& shapes, const std::vector<c10::IValue>& returns) {
   for (size_t i = 0; i < shapes.written.size(); ++i) {
     if (shapes.written[i] && call.stack[call.first + i].isTensor()) {
       const at::Tensor& t = call.stack[call.first + i].toTensor();
@@ -291,14 +292,27 @@ Outputs make_outputs(Call& call, const InferredShapes& shapes) {
     }
   }
   Outputs outs;
-  for (size_t j = 0; j < shapes.returns.size(); ++j) {
+  for (size_t j = 0; j < returns.size(); ++j) {
     int a = call.info.return_alias_arg[j];
     if (a >= 0) outs.push_back(call.stack[call.first + a]);
-    else
-      outs.push_back(
-          map_tensors(shapes.returns[j], [&](const at::Tensor& m) { return empty_like_meta(m, call.index()); }));
+    else outs.push_back(map_tensors(returns[j], [&](const at::Tensor& m) { return empty_like_meta(m, call.index()); }));
   }
   return outs;
+}
+
+Outputs make_outputs(Call& call, const InferredShapes& shapes) { return make_outputs(call, shapes, shapes.returns); }
+
+// Keeps the geometry of the results a host run just left on the stack, for
+// later calls of an op whose meta kernel gets it wrong (OpInfo::geometry_from_cpu).
+void learn_cpu_geometry(const Call& call, const InferredShapes& shapes) {
+  if (!call.info.geometry_from_cpu || shapes.argument_shapes == 0) return;
+  auto returns = std::make_shared<std::vector<c10::IValue>>();
+  for (size_t i = call.first; i < call.stack.size(); ++i) {
+    returns->push_back(map_tensors(call.stack[i], [](const at::Tensor& r) {
+      return at::empty_strided(r.sizes(), r.strides(), r.options().device(c10::kMeta));
+    }));
+  }
+  shapes.cpu_returns.store(std::move(returns));
 }
 
 // The CPU kernel launched on the device's queue over aliases of the device
@@ -429,14 +443,24 @@ void run_async(Call& call) {
     if (verdict != OpInfo::Verdict::Unknown) shapes->verdict.store(static_cast<int>(verdict));
   }
   switch (verdict) {
-    case OpInfo::Verdict::Disagrees: run_on_host(call, "meta kernel disagrees with CPU"); return;
+    case OpInfo::Verdict::Disagrees:
+      if (auto learned = shapes->cpu_returns.load()) {
+        launch_library_kernel(call, make_outputs(call, *shapes, *learned));
+        return;
+      }
+      run_on_host(call, "meta kernel disagrees with CPU");
+      learn_cpu_geometry(call, *shapes);
+      return;
     case OpInfo::Verdict::Unknown: {
       run_on_host(call, kFirstCall);
       const std::vector<c10::IValue>& meta = shapes->returns;
       bool agrees = call.stack.size() - call.first == meta.size();
       for (size_t j = 0; agrees && j < meta.size(); ++j) agrees = same_geometry(call.stack[call.first + j], meta[j]);
       info.set_verdict(signature, agrees ? OpInfo::Verdict::Agrees : OpInfo::Verdict::Disagrees);
-      if (!agrees) log_disagreement(info);
+      if (!agrees) {
+        log_disagreement(info);
+        learn_cpu_geometry(call, *shapes);
+      }
       return;
     }
     case OpInfo::Verdict::Agrees: launch_library_kernel(call, make_outputs(call, *shapes)); return;

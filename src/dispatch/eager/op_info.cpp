@@ -29,6 +29,14 @@ const std::unordered_set<std::string> kDataDependentOps = {
     "aten::_histogramdd_from_bin_tensors",
 };
 
+// Ops whose meta kernel returns a wrong output geometry that the arguments
+// alone determine. mkldnn_rnn_layer's workspace is oneDNN's to size (53,248
+// bytes for a 2x32 LSTM layer over 5x3 inputs; the meta kernel says 0): run
+// on the host at every call, it was a sync point per layer and direction.
+const std::unordered_set<std::string> kGeometryFromCpuOps = {
+    "aten::mkldnn_rnn_layer",
+};
+
 }  // namespace
 
 // Flags count by value: batch norm's `training` changes its outputs' shapes.
@@ -165,6 +173,7 @@ std::unique_ptr<OpInfo> make_op_info(const c10::OperatorHandle& op) {
   } else {
     info.path = Path::Async;
     info.out_variant = find_out_variant(schema);
+    info.geometry_from_cpu = kGeometryFromCpuOps.count(schema.name()) != 0;
   }
   return owned;
 }

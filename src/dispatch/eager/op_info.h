@@ -35,6 +35,10 @@ struct OpInfo {
   std::vector<bool> generator_arg;                 // per argument
   std::optional<c10::OperatorHandle> out_variant;  // writes fresh outputs in place
   LoweringFn lowering = nullptr;                   // lazy mode: how the op is traced (null: not traceable)
+  // Its meta kernel gets an output's geometry wrong, but the argument shapes
+  // and values determine the CPU kernel's (kGeometryFromCpuOps): later calls
+  // with the same ones allocate what the first call's CPU kernel returned.
+  bool geometry_from_cpu = false;
   // Some CPU out= kernels resize their output on the way (mse_loss computes
   // the unreduced loss in it first), which exact-size device outputs cannot
   // take. Set the first time that happens; the op then runs functionally.

@@ -46,6 +46,10 @@ struct InferredShapes {
   // The op info's verdict for these arguments, once known (0 = not yet):
   // the cache key determines it, so a cache hit skips recomputing it.
   mutable std::atomic<int> verdict{0};
+  // For an op whose output geometry comes from its CPU kernel
+  // (OpInfo::geometry_from_cpu): what the first call returned, as meta
+  // tensors; null until then. Only for cacheable keys (argument_shapes != 0).
+  mutable std::atomic<std::shared_ptr<const std::vector<c10::IValue>>> cpu_returns;
 };
 
 // What the meta kernel sees of a call, built on the stack for every call.
