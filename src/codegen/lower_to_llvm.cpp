@@ -48,7 +48,8 @@ void Lowering::emit(const std::string& symbol) {
   // one from AVX-512's 14-bit vector estimate, two from a 12-bit one (rcpss,
   // and AVX2's vrcpps), so a loop's remainder is as accurate as its vector
   // body and tanh saturates at the same argument on either.
-  fn_->addFnAttr("reciprocal-estimates", host_has_cpu_feature("avx512f") ? "divf:2,vec-divf:1" : "divf:2,vec-divf:2");
+  static const bool avx512_estimate = host_has_cpu_feature("avx512f");  // the host's features, queried once
+  fn_->addFnAttr("reciprocal-estimates", avx512_estimate ? "divf:2,vec-divf:1" : "divf:2,vec-divf:2");
   auto args = fn_->arg_begin();
   Value* bufs = &*args++;
   ints_ = &*args++;
