@@ -305,9 +305,6 @@ Plan plan(const trace::Trace& trace, const Options& options) {
       if (trace.buffers[v.buffer].dead) materialize[v.buffer] = true;
     }
   }
-  for (size_t i = 0; i < trace.buffers.size(); ++i) {
-    if (materialize[i]) out.scratch.push_back(static_cast<int32_t>(i));
-  }
   for (size_t r = 0; r < built.size(); ++r) {
     std::vector<bool> keep;
     for (const auto& s : built[r].stores()) {
@@ -323,6 +320,21 @@ Plan plan(const trace::Trace& trace, const Options& options) {
       out.kernels.push_back(std::move(*k));
     }
   }
+  std::vector<int32_t> scratch_of(trace.buffers.size(), -1);  // index into out.scratch
+  for (size_t i = 0; i < trace.buffers.size(); ++i) {
+    if (!materialize[i]) continue;
+    scratch_of[i] = static_cast<int32_t>(out.scratch.size());
+    out.scratch.push_back({static_cast<int32_t>(i), -1, -1});
+  }
+  for (size_t k = 0; k < out.kernels.size(); ++k) {
+    for (int32_t id : out.kernels[k].buffer_ids) {
+      if (scratch_of[id] < 0) continue;
+      Plan::Scratch& s = out.scratch[scratch_of[id]];
+      if (s.first_kernel < 0) s.first_kernel = static_cast<int32_t>(k);
+      s.last_kernel = static_cast<int32_t>(k);
+    }
+  }
+  // A materialized buffer keeps its writer's store, so its writer's kernel names it: every span is set.
   return out;
 }
 

@@ -154,44 +154,56 @@ void flush(runtime::Device& dev, const trace::Trace& trace, std::string_view rea
   }
   if (plan.bytes_not_written) metrics.add(Counter::BytesNotWritten, "dead intermediates", plan.bytes_not_written);
 
-  // Dead buffers a later region reads live in scratch memory for this flush.
+  // Dead buffers a later region reads live in scratch memory from the launch
+  // of their first kernel to that of their last, as they would have lived in
+  // eager mode. A block freed behind a launch can back a later kernel's
+  // scratch: the queue runs in order.
   std::vector<void*> base(trace.buffers.size());
   for (size_t i = 0; i < trace.buffers.size(); ++i) base[i] = trace.buffers[i].base;
-  std::vector<void*> scratch;
-  struct ScratchGuard {  // frees behind the launches, also when a compile fails
+  std::vector<void*> scratch(plan.scratch.size(), nullptr);
+  struct ScratchGuard {  // frees what is still held, also when a compile fails
     runtime::Device& dev;
     std::vector<void*>& ptrs;
     ~ScratchGuard() {
-      for (void* p : ptrs) dev.free(p);
+      for (void* p : ptrs) {
+        if (p) dev.free(p);
+      }
     }
   } guard{dev, scratch};
-  for (int32_t b : plan.scratch) {
-    scratch.push_back(dev.allocate(trace.buffers[b].nbytes));
-    base[b] = scratch.back();
-  }
 
   for (size_t i = 0; i < plan.kernels.size(); ++i) {
-    const fusion::PlannedKernel& pk = plan.kernels[i];
-    if (pk.work == 0) continue;  // an empty space: nothing to compile or run
-    runtime::LaunchArgs args;
-    for (int32_t id : pk.buffer_ids) args.buffers.push_back(base[id]);
-    args.ints = pk.ints;
-    args.scalars = pk.scalars;
-    args.work = pk.work;
-    args.unit_elements = pk.unit_elements;
-    if (reused) {
-      fusion::bind_scalars(pk, trace, args.ints, args.scalars);  // this trace's learning rate, step, ...
-      metrics.add(Counter::ExecutableCache, "hit");
-    } else {
-      const cache::Key key = cache::make_key(ir::serialize(pk.kernel), fingerprint());
-      PreparedPlan::Kernel& k = fresh->kernels[i];
-      k.name = "kiln_" + key.hex();
-      bool hit = false;
-      k.entry = executable_cache().get_or_build(key, [&] { return build(pk, k.name); }, &hit);
-      metrics.add(Counter::ExecutableCache, hit ? "hit" : "miss");
+    for (size_t s = 0; s < plan.scratch.size(); ++s) {
+      if (plan.scratch[s].first_kernel != static_cast<int32_t>(i)) continue;
+      const int32_t b = plan.scratch[s].buffer;
+      base[b] = scratch[s] = dev.allocate(trace.buffers[b].nbytes);
     }
-    metrics.add(Counter::ExecutableLaunches, pk.kernel.reduce_rank ? "row" : "pointwise");
-    dev.launch(prepared.kernels[i].entry->executable, std::move(args));
+    const fusion::PlannedKernel& pk = plan.kernels[i];
+    if (pk.work != 0) {  // an empty space has nothing to compile or run
+      runtime::LaunchArgs args;
+      for (int32_t id : pk.buffer_ids) args.buffers.push_back(base[id]);
+      args.ints = pk.ints;
+      args.scalars = pk.scalars;
+      args.work = pk.work;
+      args.unit_elements = pk.unit_elements;
+      if (reused) {
+        fusion::bind_scalars(pk, trace, args.ints, args.scalars);  // this trace's learning rate, step, ...
+        metrics.add(Counter::ExecutableCache, "hit");
+      } else {
+        const cache::Key key = cache::make_key(ir::serialize(pk.kernel), fingerprint());
+        PreparedPlan::Kernel& k = fresh->kernels[i];
+        k.name = "kiln_" + key.hex();
+        bool hit = false;
+        k.entry = executable_cache().get_or_build(key, [&] { return build(pk, k.name); }, &hit);
+        metrics.add(Counter::ExecutableCache, hit ? "hit" : "miss");
+      }
+      metrics.add(Counter::ExecutableLaunches, pk.kernel.reduce_rank ? "row" : "pointwise");
+      dev.launch(prepared.kernels[i].entry->executable, std::move(args));
+    }
+    for (size_t s = 0; s < plan.scratch.size(); ++s) {
+      if (plan.scratch[s].last_kernel != static_cast<int32_t>(i)) continue;
+      dev.free(scratch[s]);
+      scratch[s] = nullptr;
+    }
   }
   if (fresh) plan_cache().insert(plan_key, std::move(fresh));  // only once every kernel compiled
 }

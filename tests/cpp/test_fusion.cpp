@@ -357,7 +357,8 @@ TEST(Fusion, DeadIntermediateReadByALaterRegionGetsScratch) {
   tb.t.buffers[t].dead = true;
   auto p = tb.run();
   EXPECT_TRUE(has_kernels(p, tb.t, 2));
-  EXPECT_EQ(p.scratch, std::vector<int32_t>{t});
+  ASSERT_EQ(p.scratch.size(), 1u);
+  EXPECT_EQ(p.scratch[0], (fusion::Plan::Scratch{t, 0, 1}));  // written by the first kernel, read by the second
   EXPECT_EQ(p.bytes_not_written, 0);
   EXPECT_EQ(tb.memory[u], (std::vector<float>{2, 4, 3, 5}));
 }

@@ -77,7 +77,7 @@ struct TraceBuilder {
   fusion::Plan run(int max_ops = 64) {
     fusion::Plan p = fusion::plan(t, {max_ops});
     std::map<int32_t, std::vector<float>> scratch;
-    for (int32_t b : p.scratch) scratch[b].assign(memory[b].size(), 0.f);
+    for (const auto& s : p.scratch) scratch[s.buffer].assign(memory[s.buffer].size(), 0.f);
     for (const auto& k : p.kernels) {
       auto obj = codegen::compile(k.kernel, "kiln_fusion_test", {});
       auto loaded = codegen::load(obj.object, "kiln_fusion_test");

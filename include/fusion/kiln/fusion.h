@@ -55,7 +55,14 @@ struct PlannedKernel {
 struct Plan {
   std::vector<Region> regions;
   std::vector<PlannedKernel> kernels;  // launch order; a region whose every store was dropped has none (rule 11)
-  std::vector<int32_t> scratch;        // dead buffers a later region reads: give them scratch memory
+  // A dead buffer a later region reads: it needs memory from the launch of
+  // the first kernel that names it (its writer) to that of the last.
+  struct Scratch {
+    int32_t buffer = 0;
+    int32_t first_kernel = 0, last_kernel = 0;  // indices into kernels
+    bool operator==(const Scratch&) const = default;
+  };
+  std::vector<Scratch> scratch;
   int64_t bytes_not_written = 0;       // stores dropped because their buffer died
 };
 

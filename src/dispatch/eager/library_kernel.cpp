@@ -427,6 +427,12 @@ void run_traced(Call& call) {
   launch_library_kernel(call, std::move(outputs));
 }
 
+// An op that is never recorded flushes the pending trace before it allocates
+// its outputs, as launching it would after: the flush lets go of the inputs
+// the trace kept alive, so the outputs can take their memory, which is where
+// eager mode's would be (the frees of the ops before came first).
+void flush_before_outputs(Call& call) { flush_trace(call.dev, "untraced op"); }
+
 // Every other op whose outputs the meta kernel can allocate. The first call
 // of each case (dtypes and ranks, or exact shapes) runs on the host, so
 // argument errors raise at the op; later calls launch.
@@ -445,6 +451,7 @@ void run_async(Call& call) {
   switch (verdict) {
     case OpInfo::Verdict::Disagrees:
       if (auto learned = shapes->cpu_returns.load()) {
+        flush_before_outputs(call);
         launch_library_kernel(call, make_outputs(call, *shapes, *learned));
         return;
       }
@@ -463,7 +470,10 @@ void run_async(Call& call) {
       }
       return;
     }
-    case OpInfo::Verdict::Agrees: launch_library_kernel(call, make_outputs(call, *shapes)); return;
+    case OpInfo::Verdict::Agrees:
+      flush_before_outputs(call);
+      launch_library_kernel(call, make_outputs(call, *shapes));
+      return;
   }
 }
 
