@@ -34,6 +34,8 @@ def counters():
     - plan_cache: flush plans: hit (a trace of a known structure), miss.
     - executable_launches: compiled kernels launched, by kind (pointwise, row).
     - bytes_not_written: bytes fusion did not store ("dead intermediates": outputs freed before the flush).
+    - bytes_reused: bytes of outputs that took memory only a pending trace still held ("held by a trace":
+      an input its owner freed after recording its last use; eager mode would have reused it too).
     """
     return _C.metrics_counters()
 

@@ -33,6 +33,7 @@ const char* Metrics::counter_name(Counter counter) {
     case Counter::PlanCache: return "plan_cache";
     case Counter::ExecutableLaunches: return "executable_launches";
     case Counter::BytesNotWritten: return "bytes_not_written";
+    case Counter::BytesReused: return "bytes_reused";
   }
   return "?";
 }

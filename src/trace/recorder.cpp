@@ -27,15 +27,19 @@ int32_t PendingTrace::buffer(void* base, size_t nbytes, bool fresh, const std::s
   trace_.buffers.push_back(std::move(b));
   const auto id = static_cast<int32_t>(trace_.buffers.size()) - 1;
   live_.emplace(base, id);
+  if (!fresh && keepalive) held_by_size_[nbytes].push_back(id);
   return id;
 }
 
-void PendingTrace::on_free(const void* base) {
+bool PendingTrace::on_free(void* base, const std::function<void(void*)>& free_later) {
   auto it = live_.find(base);
-  if (it == live_.end()) return;
+  if (it == live_.end()) return false;
   Buffer& b = trace_.buffers[it->second];
   live_.erase(it);  // the pool may hand the same address out again
   if (b.fresh) b.dead = true;
+  if (!b.adopted) return false;
+  b.keepalive = std::shared_ptr<void>(base, free_later);
+  return true;
 }
 
 Trace PendingTrace::take() {
@@ -46,6 +50,7 @@ Trace PendingTrace::take() {
   // (a TraceOp keeps its lists inline and is large to move).
   trace_.ops.reserve(t.ops.size());
   live_.clear();
+  held_by_size_.clear();
   return t;
 }
 
@@ -58,9 +63,12 @@ void Recorder::drain_deferred_frees() {
     has_deferred_.store(false, std::memory_order_relaxed);
   }
   for (void* p : ptrs) {
-    pending_.on_free(p);
-    device_.free(p);
+    if (!pending_.on_free(p, free_later())) device_.free(p);
   }
+}
+
+std::function<void(void*)> Recorder::free_later() {
+  return [&dev = device_](void* p) { dev.free(p); };
 }
 
 void Recorder::free(void* ptr) {
@@ -75,9 +83,30 @@ void Recorder::free(void* ptr) {
       return;
     }
     drain_deferred_frees();
-    pending_.on_free(ptr);
+    if (pending_.on_free(ptr, free_later())) return;
   }
   device_.free(ptr);
+}
+
+void* Recorder::adopt_held_block(size_t nbytes,
+                                 const std::function<void*(const std::shared_ptr<void>&)>& take) {
+  // The newest few of this size: older ones are mostly weights, held elsewhere.
+  constexpr int kTries = 8;
+  auto lock = hold();
+  drain_deferred_frees();
+  auto it = pending_.held_by_size_.find(nbytes);
+  if (it == pending_.held_by_size_.end()) return nullptr;
+  std::vector<int32_t>& ids = it->second;
+  for (int tried = 0, i = static_cast<int>(ids.size()) - 1; i >= 0 && tried < kTries; --i, ++tried) {
+    Buffer& b = pending_.trace_.buffers[ids[i]];
+    if (b.adopted || !b.keepalive) continue;
+    void* memory = take(b.keepalive);
+    if (memory == nullptr) continue;
+    b.adopted = true;
+    ids.erase(ids.begin() + i);
+    return memory;
+  }
+  return nullptr;
 }
 
 size_t Recorder::pending() {

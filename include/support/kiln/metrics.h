@@ -33,6 +33,7 @@ enum class Counter {
   PlanCache,           // flush plans: hit (reused for a trace of the same structure), miss
   ExecutableLaunches,  // compiled kernels launched, by kind
   BytesNotWritten,     // bytes fusion did not store (dead intermediates)
+  BytesReused,         // bytes of outputs given memory only a pending trace still held
 };
 
 struct TimeBreakdown;
@@ -57,7 +58,7 @@ class Metrics {
  private:
   void write_counters(std::ostream& os) const;
   using Table = std::map<std::string, int64_t, std::less<>>;
-  static constexpr int kCounters = 15;
+  static constexpr int kCounters = 16;
   mutable std::mutex mu_;
   Table tables_[kCounters];
 };

@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -41,12 +42,16 @@ class PendingTrace {
 
  private:
   friend class Recorder;
-  // A fresh buffer of the trace becomes dead; the address may be handed out again.
-  void on_free(const void* base);
+  // A fresh buffer of the trace becomes dead; the address may be handed out
+  // again. An adopted buffer's memory is still read by pending ops: the trace
+  // frees it through `free_later` after the flush, and this returns true.
+  bool on_free(void* base, const std::function<void(void*)>& free_later);
   Trace take();
 
   Trace trace_;
   std::unordered_map<const void*, int32_t> live_;  // base -> buffer id
+  // Buffers the trace keeps alive, by size: the candidates for adoption.
+  std::unordered_map<size_t, std::vector<int32_t>> held_by_size_;
 };
 
 class Recorder {
@@ -90,6 +95,16 @@ class Recorder {
   // Ops pending (and, as every taking of the lock, drains deferred frees).
   size_t pending();
 
+  // The memory of a buffer of `nbytes` that the pending trace alone keeps
+  // alive, for an output of an op recorded (or launched) after the ops that
+  // read it, or null. `take(keepalive)` belongs to the layer that made the
+  // keepalive: it returns the memory, which it takes from the keepalive,
+  // when nothing else holds it, else null. The buffer stays in the trace,
+  // now written after its reads: fusion keeps that order (rule 6), as for
+  // an in-place op. Memory is what eager mode would have reused here: its
+  // owner freed it before this op.
+  void* adopt_held_block(size_t nbytes, const std::function<void*(const std::shared_ptr<void>&)>& take);
+
  private:
   // Takes the lock; while another thread holds it, waits the way the
   // device's waits do (the Python layer lets go of the GIL: the holder may
@@ -101,6 +116,8 @@ class Recorder {
   }
   // With mu_ held: tells the pending trace about deferred frees, then gives their memory back.
   void drain_deferred_frees();
+  // How an adopted buffer's memory goes back once the flushed trace lets go.
+  std::function<void(void*)> free_later();
 
   runtime::Device& device_;
   std::mutex mu_;

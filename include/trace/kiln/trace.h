@@ -32,6 +32,10 @@ struct Buffer {
   bool dead = false;
   // Keeps a buffer that is not fresh alive until the flush has launched.
   std::shared_ptr<void> keepalive;
+  // Its memory, which only the trace still held, now backs an output
+  // recorded later (Recorder::adopt_held_block): the buffer is also written
+  // after its earlier reads, as by an in-place op.
+  bool adopted = false;
 };
 
 // A strided view of a buffer over an iteration space, in elements of

@@ -5,10 +5,12 @@
 
 #include <array>
 
+#include "dispatch/backend/device_allocator.h"
 #include "dispatch/backend/devices.h"
 #include "dispatch/backend/startup.h"
 #include "dispatch/backend/sync.h"
 #include "dispatch/backend/torch_errors.h"
+#include "kiln/metrics.h"
 #include "kiln/recorder.h"
 
 namespace kiln::dispatch {
@@ -38,13 +40,33 @@ void set_stat(Stat& stat, int64_t current, int64_t peak, int64_t allocated, int6
   stat.freed = freed;
 }
 
+thread_local bool t_reuse_held_blocks = false;
+
+// The memory of a storage only the pending trace still holds (its keepalive,
+// lazy/lower_context.cpp), taken out of it, or null. Only memory of this
+// device's pool qualifies: its deleter is ours, so the new DataPtr can be.
+void* take_if_only_the_trace_holds(const std::shared_ptr<void>& keepalive, c10::DeviceIndex index) {
+  auto& storage = *static_cast<c10::Storage*>(keepalive.get());
+  if (storage.use_count() != 1 || storage.data_ptr().get_deleter() != kDeleters[index]) return nullptr;
+  c10::DataPtr old = storage.set_data_ptr(c10::DataPtr(nullptr, storage.device()));
+  storage.set_nbytes(0);
+  void* memory = old.get();
+  (void)old.release_context();  // the new output's DataPtr frees it
+  return memory;
+}
+
 class NeuronDeviceAllocator final : public c10::DeviceAllocator {
  public:
   c10::DataPtr allocate(size_t nbytes) override {
     const c10::DeviceIndex index = current_device();
     runtime::Device& dev = device(index);
     void* ptr = nullptr;
-    if (nbytes != 0) {
+    if (nbytes != 0 && t_reuse_held_blocks && trace::lazy_mode()) {
+      ptr = trace::recorder(index).adopt_held_block(
+          nbytes, [&](const std::shared_ptr<void>& keepalive) { return take_if_only_the_trace_holds(keepalive, index); });
+      if (ptr) Metrics::global().add(Counter::BytesReused, "held by a trace", static_cast<int64_t>(nbytes));
+    }
+    if (nbytes != 0 && ptr == nullptr) {
       ptr = with_torch_errors([&] { return dev.allocate(nbytes); });
     }
     return {ptr, ptr, nbytes != 0 ? kDeleters[index] : nullptr, c10::Device(c10::kPrivateUse1, index)};
@@ -113,6 +135,9 @@ class NeuronDeviceAllocator final : public c10::DeviceAllocator {
 NeuronDeviceAllocator g_allocator;
 
 }  // namespace
+
+ReuseHeldBlocks::ReuseHeldBlocks() : previous_(t_reuse_held_blocks) { t_reuse_held_blocks = true; }
+ReuseHeldBlocks::~ReuseHeldBlocks() { t_reuse_held_blocks = previous_; }
 
 REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_allocator);
 

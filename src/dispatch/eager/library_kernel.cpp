@@ -26,6 +26,7 @@
 #include <mutex>
 #include <unordered_set>
 
+#include "dispatch/backend/device_allocator.h"
 #include "dispatch/backend/devices.h"
 #include "dispatch/backend/generator.h"
 #include "dispatch/backend/startup.h"
@@ -417,7 +418,12 @@ void run_traced(Call& call) {
     run_on_host(call, "meta kernel disagrees with CPU");
     return;
   }
-  Outputs outputs = make_outputs(call, *shapes);
+  Outputs outputs = [&] {
+    // Recorded, this op runs after the trace's ops; declined, it is launched
+    // after them: either way its outputs may take memory only the trace holds.
+    const ReuseHeldBlocks reuse;
+    return make_outputs(call, *shapes);
+  }();
   c10::SmallVector<bool, 4> fresh;
   for (size_t j = 0; j < outputs.size(); ++j) fresh.push_back(info.return_alias_arg[j] < 0);
   if (try_record(info, call.stack, call.first, call.index(), outputs, fresh)) {
