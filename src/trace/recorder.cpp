@@ -88,8 +88,7 @@ void Recorder::free(void* ptr) {
   device_.free(ptr);
 }
 
-void* Recorder::adopt_held_block(size_t nbytes,
-                                 const std::function<void*(const std::shared_ptr<void>&)>& take) {
+void* Recorder::adopt_held_block(size_t nbytes, const std::function<void*(const std::shared_ptr<void>&)>& take) {
   // The newest few of this size: older ones are mostly weights, held elsewhere.
   constexpr int kTries = 8;
   auto lock = hold();

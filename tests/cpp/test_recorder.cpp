@@ -211,3 +211,39 @@ TEST(Recorder, FreesRacingFlushesAllLand) {
   EXPECT_EQ(dev.memory().stats().allocated_bytes, 0);
   EXPECT_EQ(dev.memory().stats().free_count, dev.memory().stats().allocation_count);
 }
+
+// x is held by the trace alone (its keepalive); y = x * 2 + 1 is recorded
+// into x's memory, which the take function hands over; then z = y * 3 + 1.
+// The write of y comes after the read of x, as an in-place op's would.
+TEST(Recorder, AnOutputTakesMemoryOnlyTheTraceHeldAfterItsReads) {
+  runtime::Device dev(0, kCap, false);
+  trace::Recorder rec(dev);
+  const int64_t n = 256;
+  auto* x = static_cast<float*>(dev.allocate(n * 4));
+  auto* z = static_cast<float*>(dev.allocate(n * 4));
+  for (int64_t i = 0; i < n; ++i) x[i] = float(i);
+  void* y0 = dev.allocate(n * 4);
+  rec.record([&](trace::PendingTrace& t) { record_axpb(t, x, y0, n, 2.0); });  // y0 = x * 2 + 1
+  int takes = 0;
+  auto take = [&](const std::shared_ptr<void>&) -> void* {
+    ++takes;
+    return x;  // as if nothing but the trace held x
+  };
+  EXPECT_EQ(rec.adopt_held_block(n * 4 + 4, take), nullptr);  // no held buffer of that size
+  EXPECT_EQ(takes, 0);
+  void* y = rec.adopt_held_block(n * 4, take);
+  ASSERT_EQ(y, x);
+  EXPECT_EQ(rec.adopt_held_block(n * 4, take), nullptr);  // taken once only
+  EXPECT_EQ(takes, 1);
+  rec.record([&](trace::PendingTrace& t) { record_axpb(t, y0, y, n, 3.0); });  // y = y0 * 3 + 1 into x's memory
+  rec.record([&](trace::PendingTrace& t) { record_axpb(t, y, z, n, 1.0); });   // z = y + 1
+  rec.free(y);  // the new owner lets go before the flush: the memory waits for the trace
+  EXPECT_EQ(dev.memory().stats().allocated_bytes, int64_t(3 * n * 4));
+  flush(rec, dev);
+  dev.synchronize();
+  for (int64_t i = 0; i < n; ++i) ASSERT_EQ(z[i], (float(i) * 2.f + 1.f) * 3.f + 2.f);
+  EXPECT_EQ(dev.memory().stats().allocated_bytes, int64_t(2 * n * 4));  // x's memory is back
+  rec.free(y0);
+  rec.free(z);
+  EXPECT_EQ(dev.memory().stats().allocated_bytes, 0);
+}

@@ -295,9 +295,7 @@ def test_pointwise_chain_peak_memory_is_no_higher_than_eager():
     assert peaks["lazy"] <= peaks["eager"], peaks
 
 
-@pytest.mark.parametrize(
-    "workload", ["mlp_block", "lstm_lm_train", "small_op_storm", "convnet_train", "hf_gpt2_train"]
-)
+@pytest.mark.parametrize("workload", ["mlp_block", "lstm_lm_train", "small_op_storm", "convnet_train", "hf_gpt2_train"])
 def test_training_step_peak_memory_is_no_higher_than_eager(workload):
     """A step of the benchmark's workload after warm-up, measured on the device in each mode.
 

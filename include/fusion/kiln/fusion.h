@@ -63,7 +63,7 @@ struct Plan {
     bool operator==(const Scratch&) const = default;
   };
   std::vector<Scratch> scratch;
-  int64_t bytes_not_written = 0;       // stores dropped because their buffer died
+  int64_t bytes_not_written = 0;  // stores dropped because their buffer died
 };
 
 Plan plan(const trace::Trace& trace, const Options& options);

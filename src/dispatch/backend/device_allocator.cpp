@@ -62,8 +62,9 @@ class NeuronDeviceAllocator final : public c10::DeviceAllocator {
     runtime::Device& dev = device(index);
     void* ptr = nullptr;
     if (nbytes != 0 && t_reuse_held_blocks && trace::lazy_mode()) {
-      ptr = trace::recorder(index).adopt_held_block(
-          nbytes, [&](const std::shared_ptr<void>& keepalive) { return take_if_only_the_trace_holds(keepalive, index); });
+      ptr = trace::recorder(index).adopt_held_block(nbytes, [&](const std::shared_ptr<void>& keepalive) {
+        return take_if_only_the_trace_holds(keepalive, index);
+      });
       if (ptr) Metrics::global().add(Counter::BytesReused, "held by a trace", static_cast<int64_t>(nbytes));
     }
     if (nbytes != 0 && ptr == nullptr) {
