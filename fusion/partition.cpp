@@ -82,11 +82,17 @@ bool interleaved_but_disjoint(const trace::View& a, const trace::View& b, const 
 
 // Rule 6: which views overlap.
 bool RegionBuilder::overlaps(const trace::View& a, const trace::View& b) const {
-  if (a.buffer != b.buffer) return false;
+  if ((*memory_)[a.buffer] != (*memory_)[b.buffer]) return false;
   auto ea = extent(a, sizes_), eb = extent(b, sizes_);
   if (ea.first == ea.second || eb.first == eb.second) return false;
   if (!(ea.first < eb.second && eb.first < ea.second)) return false;
   return !interleaved_but_disjoint(a, b, sizes_);
+}
+
+bool RegionBuilder::same_memory_view(const trace::View& a, const trace::View& b) const {
+  trace::View in_b = b;
+  in_b.buffer = a.buffer;
+  return (*memory_)[a.buffer] == (*memory_)[b.buffer] && a == in_b;
 }
 
 std::optional<std::vector<int32_t>> RegionBuilder::embed(const trace::TraceOp& op) const {
@@ -169,10 +175,12 @@ std::string RegionBuilder::try_add(const trace::TraceOp& op, int32_t index, int3
     trace::View v = to_region(out.view, *map);
     for (const auto& l : memory_loads_) {
       // Rule 7: a write through the very view a value was loaded through keeps the region.
-      if (!(l == v) && overlaps(l, v)) return "write over a value the region read through another view";
+      if (!same_memory_view(l, v) && overlaps(l, v)) return "write over a value the region read through another view";
     }
     for (const auto& s : stores_) {
-      if (!(s.view == v) && overlaps(s.view, v)) return "write over a value the region wrote through another view";
+      if (!same_memory_view(s.view, v) && overlaps(s.view, v)) {
+        return "write over a value the region wrote through another view";
+      }
     }
     stores.push_back(std::move(v));
   }
@@ -252,6 +260,10 @@ std::vector<int32_t> components(const trace::Trace& trace) {
   auto first_buffer = [](const trace::TraceOp& op) {
     return op.loads.empty() ? op.stores.at(0).view.buffer : op.loads[0].buffer;
   };
+  // An output in memory it took from another buffer follows that buffer's reads.
+  for (size_t i = 0; i < trace.buffers.size(); ++i) {
+    if (trace.buffers[i].memory_of >= 0) parent[find(static_cast<int32_t>(i))] = find(trace.buffers[i].memory_of);
+  }
   for (const auto& op : trace.ops) {
     const int32_t root = find(first_buffer(op));
     for (const auto& v : op.loads) parent[find(v.buffer)] = root;
@@ -281,14 +293,18 @@ std::vector<int32_t> component_order(const std::vector<int32_t>& component) {
 Plan plan(const trace::Trace& trace, const Options& options) {
   Plan out;
   std::vector<RegionBuilder> built;
-  RegionBuilder current(options.max_ops);
+  std::vector<int32_t> memory(trace.buffers.size());
+  for (size_t i = 0; i < memory.size(); ++i) {
+    memory[i] = trace.buffers[i].memory_of >= 0 ? trace.buffers[i].memory_of : static_cast<int32_t>(i);
+  }
+  RegionBuilder current(options.max_ops, memory);
   const std::vector<int32_t> component = components(trace);
   for (int32_t i : component_order(component)) {
     std::string refused = current.try_add(trace.ops[i], i, component[i]);
     if (refused.empty()) continue;
     out.regions.push_back(current.region(refused));
     built.push_back(std::move(current));
-    current = RegionBuilder(options.max_ops);
+    current = RegionBuilder(options.max_ops, memory);
     std::string again = current.try_add(trace.ops[i], i, component[i]);
     if (!again.empty()) throw std::logic_error("kiln fusion: an op cannot start a region: " + again);
   }

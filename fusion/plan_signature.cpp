@@ -94,10 +94,14 @@ std::string plan_signature(const trace::Trace& trace, const Options& options) {
     w.reserve(64 + trace.buffers.size() + trace.ops.size() * 256);
     w.pod(options.max_ops);
     w.pod(options.stream_min_bytes);
-    // Buffers: which are dead decides which stores are dropped; which ops
+    // Buffers: which are dead decides which stores are dropped, and which
+    // share memory (memory_of) which writes wait for which reads; which ops
     // share a buffer is in the views' buffer indices.
     w.pod(trace.buffers.size());
-    for (const auto& b : trace.buffers) w.pod(b.dead);
+    for (const auto& b : trace.buffers) {
+      w.pod(b.dead);
+      w.pod(b.memory_of);
+    }
     w.pod(trace.ops.size());
     for (const auto& op : trace.ops) write_op(w, op);
   }

@@ -17,7 +17,9 @@ class RegionBuilder {
     int32_t op;        // trace op that stored it
   };
 
-  explicit RegionBuilder(int max_ops) : max_ops_(max_ops) {}
+  // `memory` maps each buffer id to the id of the buffer whose memory it is
+  // (itself, or the one an adopting output took it from: trace::Buffer::memory_of).
+  RegionBuilder(int max_ops, const std::vector<int32_t>& memory) : max_ops_(max_ops), memory_(&memory) {}
 
   // Adds trace op `index` (of buffer-sharing component `component`), or
   // returns why it cannot join (nothing changes then).
@@ -35,9 +37,12 @@ class RegionBuilder {
   std::optional<std::vector<int32_t>> embed(const trace::TraceOp& op) const;
   trace::View to_region(const trace::View& v, const std::vector<int32_t>& map) const;
   bool overlaps(const trace::View& a, const trace::View& b) const;
+  // Whether a and b are the same view of the same memory (buffers sharing memory included).
+  bool same_memory_view(const trace::View& a, const trace::View& b) const;
   int32_t memory_load(const trace::View& v);
 
   int max_ops_;
+  const std::vector<int32_t>* memory_;
   std::vector<int32_t> ops_;  // trace ops, as they joined
   int32_t component_ = -1;
   std::vector<int64_t> sizes_;

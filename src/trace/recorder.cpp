@@ -13,7 +13,7 @@ void set_lazy_mode(bool lazy) { g_lazy.store(lazy, std::memory_order_relaxed); }
 
 int32_t PendingTrace::buffer(void* base, size_t nbytes, bool fresh, const std::shared_ptr<void>& keepalive) {
   auto it = live_.find(base);
-  if (it != live_.end()) {
+  if (it != live_.end() && !adopted_.count(base)) {
     Buffer& b = trace_.buffers[it->second];
     if (nbytes > b.nbytes) b.nbytes = nbytes;
     if (!b.fresh && !b.keepalive) b.keepalive = keepalive;
@@ -23,10 +23,14 @@ int32_t PendingTrace::buffer(void* base, size_t nbytes, bool fresh, const std::s
   b.base = base;
   b.nbytes = nbytes;
   b.fresh = fresh;
+  if (auto adopted = adopted_.find(base); adopted != adopted_.end()) {
+    b.memory_of = adopted->second;
+    adopted_.erase(adopted);
+  }
   if (!fresh) b.keepalive = keepalive;
   trace_.buffers.push_back(std::move(b));
   const auto id = static_cast<int32_t>(trace_.buffers.size()) - 1;
-  live_.emplace(base, id);
+  live_[base] = id;  // an adopting output's base may still name the buffer it took the memory of
   if (!fresh && keepalive) held_by_size_[nbytes].push_back(id);
   return id;
 }
@@ -37,7 +41,7 @@ bool PendingTrace::on_free(void* base, const std::function<void(void*)>& free_la
   Buffer& b = trace_.buffers[it->second];
   live_.erase(it);  // the pool may hand the same address out again
   if (b.fresh) b.dead = true;
-  if (!b.adopted) return false;
+  if (b.memory_of < 0) return false;
   b.keepalive = std::shared_ptr<void>(base, free_later);
   return true;
 }
@@ -51,6 +55,7 @@ Trace PendingTrace::take() {
   trace_.ops.reserve(t.ops.size());
   live_.clear();
   held_by_size_.clear();
+  adopted_.clear();
   return t;
 }
 
@@ -102,6 +107,7 @@ void* Recorder::adopt_held_block(size_t nbytes, const std::function<void*(const 
     void* memory = take(b.keepalive);
     if (memory == nullptr) continue;
     b.adopted = true;
+    pending_.adopted_.emplace(memory, ids[i]);
     ids.erase(ids.begin() + i);
     return memory;
   }

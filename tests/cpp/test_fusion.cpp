@@ -363,6 +363,52 @@ TEST(Fusion, DeadIntermediateReadByALaterRegionGetsScratch) {
   EXPECT_EQ(tb.memory[u], (std::vector<float>{2, 4, 3, 5}));
 }
 
+// w is an output in x's memory (trace::Buffer::memory_of: x's owner freed
+// it after z's op was recorded): its write must wait for z's transposed read.
+TEST(Fusion, AnOutputInMemoryItTookWaitsForTheReadsOfTheOldContents) {
+  TraceBuilder tb;
+  const std::vector<int64_t> s = {3, 3};
+  int32_t x = tb.buffer(9, false), z = tb.buffer(9), w = tb.buffer(9);
+  tb.t.buffers[w].memory_of = x;
+  tb.memory[x] = iota(9, 1.f, 0.f);
+  auto x0 = tb.memory[x];
+  View xt = TraceBuilder::view(x, s, s);
+  std::swap(xt.strides[0], xt.strides[1]);
+  tb.with_scalar(Op::Add, xt, 0, TraceBuilder::view(z, s, s), s);
+  tb.with_scalar(Op::Mul, TraceBuilder::view(z, s, s), 3, TraceBuilder::view(w, s, s), s);
+  auto p = tb.run();
+  EXPECT_TRUE(has_kernels(p, tb.t, 2));
+  for (int i = 0; i < 3; ++i) {
+    for (int j = 0; j < 3; ++j) {
+      EXPECT_EQ(tb.memory[z][i * 3 + j], x0[j * 3 + i]);
+      EXPECT_EQ(tb.memory[x][i * 3 + j], x0[j * 3 + i] * 3);  // w's values, in x's memory
+    }
+  }
+}
+
+// Through the very view x was read through, w's write joins the region
+// (rule 7: a kernel computes an iteration's values before its stores); dead,
+// it is not written at all.
+TEST(Fusion, AnOutputInMemoryItTookThroughTheSameViewSharesTheRegionAndCanDie) {
+  for (bool dead : {false, true}) {
+    TraceBuilder tb;
+    const std::vector<int64_t> s = {4, 4};
+    int32_t x = tb.buffer(16, false), z = tb.buffer(16), w = tb.buffer(16);
+    tb.t.buffers[w].memory_of = x;
+    tb.t.buffers[w].dead = dead;
+    tb.memory[x] = iota(16);
+    auto x0 = tb.memory[x];
+    tb.with_scalar(Op::Add, TraceBuilder::view(x, s, s), 1, TraceBuilder::view(z, s, s), s);
+    tb.with_scalar(Op::Mul, TraceBuilder::view(x, s, s), 2, TraceBuilder::view(w, s, s), s);
+    auto p = tb.run();
+    EXPECT_TRUE(has_kernels(p, tb.t, 1));
+    for (int i = 0; i < 16; ++i) {
+      EXPECT_EQ(tb.memory[z][i], x0[i] + 1);
+      EXPECT_EQ(tb.memory[x][i], dead ? x0[i] : x0[i] * 2);
+    }
+  }
+}
+
 TEST(Fusion, RegionSizeLimitSplits) {
   TraceBuilder tb;
   const std::vector<int64_t> s = {8};

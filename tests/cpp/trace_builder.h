@@ -82,7 +82,10 @@ struct TraceBuilder {
       auto obj = codegen::compile(k.kernel, "kiln_fusion_test", {});
       auto loaded = codegen::load(obj.object, "kiln_fusion_test");
       std::vector<void*> bufs;
-      for (int32_t id : k.buffer_ids) bufs.push_back(scratch.count(id) ? scratch[id].data() : memory[id].data());
+      for (int32_t id : k.buffer_ids) {
+        const int32_t in = t.buffers[id].memory_of >= 0 ? t.buffers[id].memory_of : id;  // an adopting output
+        bufs.push_back(scratch.count(id) ? scratch[id].data() : memory[in].data());
+      }
       loaded->fn(bufs.data(), k.ints.data(), k.scalars.data(), 0, k.work);
     }
     return p;

@@ -43,8 +43,9 @@ class PendingTrace {
  private:
   friend class Recorder;
   // A fresh buffer of the trace becomes dead; the address may be handed out
-  // again. An adopted buffer's memory is still read by pending ops: the trace
-  // frees it through `free_later` after the flush, and this returns true.
+  // again, except memory pending ops still read (a buffer with memory_of):
+  // the trace frees that through `free_later` after the flush, and this
+  // returns true.
   bool on_free(void* base, const std::function<void(void*)>& free_later);
   Trace take();
 
@@ -52,6 +53,9 @@ class PendingTrace {
   std::unordered_map<const void*, int32_t> live_;  // base -> buffer id
   // Buffers the trace keeps alive, by size: the candidates for adoption.
   std::unordered_map<size_t, std::vector<int32_t>> held_by_size_;
+  // Memory handed out by adopt_held_block, by base, to the buffer it came
+  // from, until the output it backs is registered (buffer()).
+  std::unordered_map<const void*, int32_t> adopted_;
 };
 
 class Recorder {
@@ -99,10 +103,10 @@ class Recorder {
   // alive, for an output of an op recorded (or launched) after the ops that
   // read it, or null. `take(keepalive)` belongs to the layer that made the
   // keepalive: it returns the memory, which it takes from the keepalive,
-  // when nothing else holds it, else null. The buffer stays in the trace,
-  // now written after its reads: fusion keeps that order (rule 6), as for
-  // an in-place op. Memory is what eager mode would have reused here: its
-  // owner freed it before this op.
+  // when nothing else holds it, else null. Registered, the output is a
+  // fresh buffer whose memory_of names the old one: fusion puts its writes
+  // after the old one's reads (rule 6). This is the memory eager mode would
+  // have reused here: its owner freed it before this op.
   void* adopt_held_block(size_t nbytes, const std::function<void*(const std::shared_ptr<void>&)>& take);
 
  private:
