@@ -103,12 +103,11 @@ void* Recorder::adopt_held_block(size_t nbytes, const std::function<void*(const 
   std::vector<int32_t>& ids = it->second;
   for (int tried = 0, i = static_cast<int>(ids.size()) - 1; i >= 0 && tried < kTries; --i, ++tried) {
     Buffer& b = pending_.trace_.buffers[ids[i]];
-    if (b.adopted || !b.keepalive) continue;
+    if (!b.keepalive) continue;
     void* memory = take(b.keepalive);
     if (memory == nullptr) continue;
-    b.adopted = true;
     pending_.adopted_.emplace(memory, ids[i]);
-    ids.erase(ids.begin() + i);
+    ids.erase(ids.begin() + i);  // no longer a candidate: its memory is handed out once
     return memory;
   }
   return nullptr;

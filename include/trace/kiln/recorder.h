@@ -120,7 +120,7 @@ class Recorder {
   }
   // With mu_ held: tells the pending trace about deferred frees, then gives their memory back.
   void drain_deferred_frees();
-  // How an adopted buffer's memory goes back once the flushed trace lets go.
+  // How memory an output took from the trace goes back once the flushed trace lets go.
   std::function<void(void*)> free_later();
 
   runtime::Device& device_;

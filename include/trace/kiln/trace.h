@@ -32,11 +32,9 @@ struct Buffer {
   bool dead = false;
   // Keeps a buffer that is not fresh alive until the flush has launched.
   std::shared_ptr<void> keepalive;
-  // Its memory, which only the trace still held, was handed to an output of
-  // a later op (Recorder::adopt_held_block): it cannot be handed out again.
-  bool adopted = false;
-  // That output's buffer (fresh, same base): the id of the buffer whose
-  // memory it took, whose reads its writes must follow (fusion.md, rule 6).
+  // An output given the memory of a buffer only the trace still held
+  // (Recorder::adopt_held_block; fresh, same base): that buffer's id, whose
+  // reads its writes must follow (fusion.md, rule 6).
   int32_t memory_of = -1;
 };
 
