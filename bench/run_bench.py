@@ -97,7 +97,14 @@ def child_env(contender, cache_dir=None):
         env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
     else:
         env["KILN_MODE"] = contender.kiln_mode  # the start-up mode too: no lazy warm-up in an eager process
-    if cache_dir is not None:
+        # A cold start: an empty persistent store of its own (none at all without a directory).
+        env.pop("KILN_CACHE_DIR", None)
+        if cache_dir is None:
+            env["KILN_CACHE"] = "0"
+        else:
+            env["KILN_CACHE"] = "1"
+            env["KILN_CACHE_DIR"] = cache_dir
+    if cache_dir is not None and contender.compiled:
         env["TORCHINDUCTOR_CACHE_DIR"] = cache_dir  # a cold compile: an empty Inductor (and FX graph) cache
     return env
 
@@ -146,7 +153,9 @@ def run_child(argv, env, timeout_s):
 
 def measure_pair(workload, contender, settings):
     """One pair in a fresh process; the result gets its process wall time."""
-    cache_dir = tempfile.mkdtemp(prefix="kiln-bench-inductor-") if contender.compiled else None
+    # Each process starts cold: an empty compile cache of its own (Inductor's, or kiln's store).
+    cached = contender.compiled or contender.kiln_mode is not None
+    cache_dir = tempfile.mkdtemp(prefix="kiln-bench-cache-") if cached else None
     load = os.getloadavg()[0]  # other work on the machine: the report shows the range
     try:
         argv = [

@@ -53,6 +53,12 @@ torch.utils.generate_methods_for_privateuse1_backend(
     for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
 )
 
+# Queued kernels reach the persistent store, which closes before the
+# interpreter's (and RocksDB's) teardown. Registered first, so it runs last:
+# after the metrics report, and after the user's own handlers, whose work
+# may still compile kernels.
+atexit.register(_C.cache_close, 5000)
+
 if _C.metrics_at_exit():
     atexit.register(lambda: print(metrics.report(), file=sys.stderr))
 

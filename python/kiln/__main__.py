@@ -1,4 +1,4 @@
-"""python -m kiln knobs [--markdown] | info"""
+"""python -m kiln knobs [--markdown] | info | cache stats|list|verify|clear"""
 
 import argparse
 import sys
@@ -31,6 +31,43 @@ def _info(args):
     print(f"torch {torch.__version__}; accelerator: {torch.accelerator.current_accelerator()}")
 
 
+def _cache(args):
+    import time
+
+    from . import _C
+
+    where = _C.cache_dir()
+    if not where:
+        print("kiln's persistent cache is off in this process (KILN_CACHE=0, or its directory was refused)")
+        sys.exit(1)
+    if args.action == "clear":
+        n = _C.cache_clear()
+        _C.cache_flush(10000)
+        print(f"{where}: {n} entries deleted")
+        return
+    entries = _C.cache_entries()
+    bad = [e for e in entries if e[4]]
+    if args.action == "list":
+        for key, size, written, compile_ms, problem in entries:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(written)) if written else "?"
+            print(f"{key}  {size:>8} B  {stamp}  compiled in {compile_ms:7.2f} ms  {problem or 'ok'}")
+        return
+    if args.action == "verify":
+        for key, _size, _written, _compile_ms, problem in bad:
+            print(f"bad entry {key}: {problem}")
+        print(f"{where}: {len(entries)} entries, {len(bad)} bad")
+        sys.exit(1 if bad else 0)
+    total = sum(e[1] for e in entries)
+    print(f"directory: {where}")
+    print(f"entries: {len(entries)} ({len(bad)} bad or built for another environment)")
+    print(f"bytes: {total}")
+    times = [e[2] for e in entries if e[2]]
+    if times:
+        for label, t in (("oldest", min(times)), ("newest", max(times))):
+            print(f"{label} entry: {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(t))}")
+    print(f"compile time stored: {sum(e[3] for e in entries):.1f} ms")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m kiln")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -39,6 +76,9 @@ def main(argv=None):
     knobs.set_defaults(func=_knobs)
     info = sub.add_parser("info", help="the devices kiln registered")
     info.set_defaults(func=_info)
+    cache = sub.add_parser("cache", help="the persistent executable cache (KILN_CACHE_DIR)")
+    cache.add_argument("action", choices=["stats", "list", "verify", "clear"])
+    cache.set_defaults(func=_cache)
     args = parser.parse_args(argv)
     args.func(args)
 

@@ -36,6 +36,11 @@ def counters():
     - bytes_not_written: bytes fusion did not store ("dead intermediates": outputs freed before the flush).
     - bytes_reused: bytes of outputs that took memory only a pending trace still held ("held by a trace":
       an input its owner freed after recording its last use; eager mode would have reused it too).
+    - executable_store: lookups in the persistent cache (KILN_CACHE_DIR) of kernels this process had
+      not in memory: hit, miss (a new kernel), corrupt (an entry that failed its checks: deleted and
+      recompiled), load failed (an intact entry whose object did not load: deleted and recompiled).
+    - store_time: microseconds, not counts: load_us (store hits' lookups and loads), compile_saved_us
+      (what those kernels took to compile when they were stored).
     """
     return _C.metrics_counters()
 

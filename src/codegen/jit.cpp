@@ -36,7 +36,8 @@
 namespace kiln::codegen {
 namespace {
 
-// Bump when generated code changes for the same IR: old cached objects must not match.
+// Bump when generated code changes for the same IR: old cached objects must
+// not match. (build_identity(), a hash of the sources, also changes then.)
 constexpr const char* kCodegenVersion = "kiln-codegen-7";
 
 std::string error_text(llvm::Error e) {
@@ -212,7 +213,8 @@ std::string environment_fingerprint(const Options& options) {
   for (const auto& f : llvm::sys::getHostCPUFeatures()) {
     if (f.second) features += "+" + f.first().str() + ",";
   }
-  return std::string(kCodegenVersion) + ";llvm=" LLVM_VERSION_STRING ";triple=" + llvm::sys::getProcessTriple() +
+  return std::string(kCodegenVersion) + ";build=" + build_identity() +
+         ";llvm=" LLVM_VERSION_STRING ";triple=" + llvm::sys::getProcessTriple() +
          ";cpu=" + llvm::sys::getHostCPUName().str() + ";features=" + features +
          ";fast_math=" + (options.fast_math ? "1" : "0") + ";avx512_math=" + (options.avx512_math ? "1" : "0") +
          ";opt=" + kPassPipeline + ";" + libmvec_fingerprint();

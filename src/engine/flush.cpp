@@ -1,13 +1,16 @@
 // The flush pipeline (see include/engine/kiln/engine.h).
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <unordered_map>
 
 #include "engine/compiled_executable.h"
+#include "engine/executable_store.h"
 #include "engine/plan_cache.h"
 #include "kiln/engine.h"
 #include "kiln/log.h"
@@ -27,11 +30,6 @@ runtime::ThreadPool& pool() {
 
 std::mutex g_times_mu;
 std::vector<CompileTime> g_compile_times;
-
-const std::string& fingerprint() {
-  static const std::string f = codegen::environment_fingerprint(g_options.codegen);
-  return f;
-}
 
 std::string size_bucket(int ops) {
   if (ops == 1) return "1 op";
@@ -60,8 +58,51 @@ void dump(const std::string& name, const ir::Kernel& k, const codegen::CompiledO
   std::ofstream(dir / (name + ".o"), std::ios::binary) << obj.object;
 }
 
-cache::Entry build(const fusion::PlannedKernel& pk, const std::string& name) {
+// A kernel from the persistent store, loaded: no compile. Null on a miss,
+// and for an entry that fails its checks or does not load (deleted there,
+// then compiled again by the caller).
+std::optional<cache::Entry> load_stored(cache::Store& store, const cache::Key& key, const std::string& name) {
+  const auto start = std::chrono::steady_clock::now();
+  Metrics& metrics = Metrics::global();
+  cache::StoreLookupResult found = store.get(key, fingerprint());
+  if (found.outcome == cache::Lookup::Absent) {
+    metrics.add(Counter::ExecutableStore, "miss");
+    if (log_enabled("cache")) log("cache", name + ": miss (a new kernel)");
+    return std::nullopt;
+  }
+  if (found.outcome == cache::Lookup::Corrupt) {
+    metrics.add(Counter::ExecutableStore, "corrupt");
+    warn_once("kiln: the executable cache in '" + store.dir() + "' held a corrupt entry (" + found.problem +
+              "); it was deleted and its kernel is compiled again. `python -m kiln cache verify` checks the rest.");
+    if (log_enabled("cache")) log("cache", name + ": miss (corrupt entry: " + found.problem + ")");
+    return std::nullopt;
+  }
+  cache::Entry e;
+  try {
+    e.executable = std::make_shared<CompiledExecutable>(name, codegen::load(found.object, name), pool());
+  } catch (const std::exception& error) {
+    metrics.add(Counter::ExecutableStore, "load failed");
+    store.discard(key);
+    warn_once("kiln: an entry of the executable cache in '" + store.dir() + "' did not load (" + error.what() +
+              "); it was deleted and its kernel is compiled again.");
+    return std::nullopt;
+  }
+  e.object = std::move(found.object);
+  e.compile_ms = found.compile_ms;
+  const auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start);
+  metrics.add(Counter::ExecutableStore, "hit");
+  metrics.add(Counter::StoreTime, "load_us", us.count());
+  metrics.add(Counter::StoreTime, "compile_saved_us", static_cast<int64_t>(found.compile_ms * 1000));
+  if (log_enabled("cache")) log("cache", name + ": hit, loaded in " + std::to_string(us.count()) + " us");
+  return e;
+}
+
+cache::Entry build(const fusion::PlannedKernel& pk, const std::string& name, const cache::Key& key) {
   const TimeScope timing(TimeCategory::Compile);  // the warm-up it waits for, the compile and the load
+  const std::shared_ptr<cache::Store> stored = store();
+  if (stored) {
+    if (std::optional<cache::Entry> e = load_stored(*stored, key, name)) return std::move(*e);
+  }
   const bool want_ir = !g_options.dump_dir.empty();
   wait_for_compiler_warm_up();
   codegen::CompiledObject obj = codegen::compile(pk.kernel, name, g_options.codegen, want_ir);
@@ -84,6 +125,7 @@ cache::Entry build(const fusion::PlannedKernel& pk, const std::string& name) {
   cache::Entry e;
   e.compile_ms = obj.compile_ms;
   e.executable = std::make_shared<CompiledExecutable>(name, codegen::load(obj.object, name), pool());
+  if (stored) stored->put(key, fingerprint(), obj.object, obj.compile_ms);
   e.object = std::move(obj.object);
   return e;
 }
@@ -106,9 +148,15 @@ void configure(const Options& options) {
     fs::remove(probe, ec);
   }
   g_options = options;
+  open_store(options.cache_dir, options.cache_read_only);
 }
 
 const Options& options() { return g_options; }
+
+const std::string& fingerprint() {
+  static const std::string f = codegen::environment_fingerprint(g_options.codegen);
+  return f;
+}
 
 std::vector<CompileTime> compile_times() {
   std::lock_guard<std::mutex> lock(g_times_mu);
@@ -193,7 +241,7 @@ void flush(runtime::Device& dev, const trace::Trace& trace, std::string_view rea
         PreparedPlan::Kernel& k = fresh->kernels[i];
         k.name = "kiln_" + key.hex();
         bool hit = false;
-        k.entry = executable_cache().get_or_build(key, [&] { return build(pk, k.name); }, &hit);
+        k.entry = executable_cache().get_or_build(key, [&] { return build(pk, k.name, key); }, &hit);
         metrics.add(Counter::ExecutableCache, hit ? "hit" : "miss");
       }
       metrics.add(Counter::ExecutableLaunches, pk.kernel.reduce_rank ? "row" : "pointwise");

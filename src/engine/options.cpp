@@ -12,6 +12,8 @@ Options options_for(const Settings& s) {
   o.codegen.fast_math = s.fast_math;
   o.num_threads = s.num_threads;
   o.dump_dir = s.dump_dir;
+  if (s.cache) o.cache_dir = s.cache_dir;
+  o.cache_read_only = s.cache_read_only;
   return o;
 }
 

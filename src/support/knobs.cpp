@@ -82,6 +82,24 @@ void set_stream_min_mb(Settings& s, const std::string& v) {
   s.stream_min_mb = v == "auto" ? 4 * int64_t{s.num_threads} : *parse_int(v);
 }
 
+// Empty: $XDG_CACHE_HOME/kiln (an absolute XDG_CACHE_HOME only, as the XDG
+// spec says), else $HOME/.cache/kiln; "" when neither is set.
+void set_cache_dir(Settings& s, const std::string& v) {
+  if (!v.empty()) {
+    s.cache_dir = v;
+    return;
+  }
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  if (xdg && xdg[0] == '/') {
+    s.cache_dir = std::string(xdg) + "/kiln";
+  } else if (home && home[0] != '\0') {
+    s.cache_dir = std::string(home) + "/.cache/kiln";
+  } else {
+    s.cache_dir.clear();
+  }
+}
+
 // KILN_DIFF_CASES is the test suite's; kiln keeps nothing of it.
 void read_by_the_tests_only(Settings&, const std::string&) {}
 
@@ -112,7 +130,7 @@ const std::vector<KnobSpec>& knob_table() {
        set_flag<&Settings::metrics_at_exit>},
       {"KILN_LOG", KnobKind::ChoiceList, "",
        "Comma-separated log channels printed to stderr (fusion: each region as it is formed).", set_log, 0,
-       0, {"runtime", "dispatch", "fallback", "fusion", "compile", "all"}},
+       0, {"runtime", "dispatch", "fallback", "fusion", "compile", "cache", "all"}},
       {"KILN_MODE", KnobKind::Choice, "lazy",
        "lazy: record ops into micro-traces, fuse and compile them, launch at sync points; "
        "eager: one library-kernel launch per op.",
@@ -136,6 +154,17 @@ const std::vector<KnobSpec>& knob_table() {
       {"KILN_DUMP_DIR", KnobKind::Path, "",
        "Directory where the Kernel IR and LLVM IR of every compiled region are written (empty: off).",
        set_text<&Settings::dump_dir>},
+      {"KILN_CACHE", KnobKind::Boolean, "1",
+       "1: keep compiled kernels in a persistent store in KILN_CACHE_DIR, shared by the user's processes and "
+       "runs; 0: compiled kernels live in the process's memory only.",
+       set_flag<&Settings::cache>},
+      {"KILN_CACHE_DIR", KnobKind::Path, "",
+       "Directory of the persistent store, created with mode 0700; empty: $XDG_CACHE_HOME/kiln, else "
+       "~/.cache/kiln. A directory other users can write, or another user owns, is refused.",
+       set_cache_dir},
+      {"KILN_CACHE_READONLY", KnobKind::Boolean, "0",
+       "1: use the persistent store's kernels but never write to it (a shared, prebuilt cache).",
+       set_flag<&Settings::cache_read_only>},
       {"KILN_DIFF_CASES", KnobKind::Integer, "2000",
        "Test suite only: how many seeded random programs the lazy-vs-eager differential test runs "
        "(tests/python/test_lazy_differential.py); kiln itself does not read it.",
@@ -237,7 +266,7 @@ std::string accepted_values(const KnobSpec& spec) {
     case KnobKind::Boolean: return "0 or 1";
     case KnobKind::Choice: return "one of " + join(spec.choices, ", ");
     case KnobKind::ChoiceList: return "a comma-separated list of " + join(spec.choices, ", ") + " (or empty)";
-    case KnobKind::Path: return "a directory path (empty: off)";
+    case KnobKind::Path: return "a directory path, or empty";
     case KnobKind::Text: {
       std::string s = "a lower-case identifier ([a-z][a-z0-9_]*)";
       if (!spec.reserved.empty()) s += " other than " + join(spec.reserved, ", ");

@@ -34,6 +34,8 @@ const char* Metrics::counter_name(Counter counter) {
     case Counter::ExecutableLaunches: return "executable_launches";
     case Counter::BytesNotWritten: return "bytes_not_written";
     case Counter::BytesReused: return "bytes_reused";
+    case Counter::ExecutableStore: return "executable_store";
+    case Counter::StoreTime: return "store_time";
   }
   return "?";
 }

@@ -51,6 +51,9 @@ const std::vector<KnobCase>& every_knob() {
        }},
       {"KILN_STREAM_MIN_MB", "0", [](Settings& s) { s.stream_min_mb = 0; }},
       {"KILN_DUMP_DIR", "/tmp/kiln dump", [](Settings& s) { s.dump_dir = "/tmp/kiln dump"; }},
+      {"KILN_CACHE", "0", [](Settings& s) { s.cache = false; }},
+      {"KILN_CACHE_DIR", "/tmp/kiln cache", [](Settings& s) { s.cache_dir = "/tmp/kiln cache"; }},
+      {"KILN_CACHE_READONLY", "1", [](Settings& s) { s.cache_read_only = true; }},
       {"KILN_DIFF_CASES", "5", [](Settings&) {}},  // the test suite's: kiln keeps nothing
   };
   return cases;
@@ -357,4 +360,20 @@ TEST(Log, ChannelsFromTheKnobEnableTheSink) {
   EXPECT_TRUE(kiln::log_enabled("compile"));
   kiln::set_log_channels({});
   EXPECT_FALSE(kiln::log_enabled("fusion"));
+}
+
+TEST(Knobs, CacheDirDefaultsToTheXdgCacheThenHome) {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  const std::string saved_xdg = xdg ? xdg : "", saved_home = home ? home : "";
+  ::setenv("XDG_CACHE_HOME", "/xdg", 1);
+  ::setenv("HOME", "/home/u", 1);
+  EXPECT_EQ(kiln::parse_settings(std::map<std::string, std::string>{}).cache_dir, "/xdg/kiln");
+  ::setenv("XDG_CACHE_HOME", "relative", 1);  // the XDG spec: not absolute, ignored
+  EXPECT_EQ(kiln::parse_settings(std::map<std::string, std::string>{}).cache_dir, "/home/u/.cache/kiln");
+  ::unsetenv("XDG_CACHE_HOME");
+  EXPECT_EQ(kiln::parse_settings(std::map<std::string, std::string>{}).cache_dir, "/home/u/.cache/kiln");
+  EXPECT_EQ(kiln::parse_settings(std::map<std::string, std::string>{{"KILN_CACHE_DIR", "/mine"}}).cache_dir, "/mine");
+  if (xdg) ::setenv("XDG_CACHE_HOME", saved_xdg.c_str(), 1);
+  if (home) ::setenv("HOME", saved_home.c_str(), 1);
 }

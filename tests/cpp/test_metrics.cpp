@@ -18,7 +18,7 @@ const Counter kAllCounters[] = {Counter::Launches,        Counter::TracedOps,   
                                 Counter::BytesCopied,     Counter::TraceFlushes,       Counter::Regions,
                                 Counter::KernelsCompiled, Counter::CompileTime,        Counter::ExecutableCache,
                                 Counter::PlanCache,       Counter::ExecutableLaunches, Counter::BytesNotWritten,
-                                Counter::BytesReused};
+                                Counter::BytesReused,     Counter::ExecutableStore,    Counter::StoreTime};
 
 bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
@@ -46,7 +46,7 @@ TEST(Metrics, CounterNamesAreDistinct) {
   EXPECT_EQ(names, (std::vector<std::string>{"launches", "traced_ops", "library_kernels", "fallbacks", "sync_points",
                                              "errors", "bytes_copied", "trace_flushes", "regions", "kernels_compiled",
                                              "compile_time", "executable_cache", "plan_cache", "executable_launches",
-                                             "bytes_not_written", "bytes_reused"}));
+                                             "bytes_not_written", "bytes_reused", "executable_store", "store_time"}));
 }
 
 TEST(Metrics, SnapshotHasEveryCounter) {

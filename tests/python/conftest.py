@@ -1,11 +1,21 @@
+import atexit
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 
-import pytest
-import torch
+# The suite never reads or writes the user's kernel cache: it and every
+# interpreter it starts share a store of their own, empty at the start
+# (set before torch's autoload imports kiln).
+CACHE_DIR = tempfile.mkdtemp(prefix="kiln-test-cache-")
+os.environ["KILN_CACHE_DIR"] = CACHE_DIR
+atexit.register(shutil.rmtree, CACHE_DIR, True)
 
-import kiln  # noqa: F401  (autoload imports it too; explicit keeps the tests honest when autoload is off)
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import kiln  # noqa: E402, F401  (autoload imports it too; explicit keeps the tests honest when autoload is off)
 
 DEVICE = kiln.DEVICE_NAME
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -45,8 +55,9 @@ def sync():
 
 def run_python(code, env=None, timeout=120):
     """Runs `code` in a fresh interpreter; returns the CompletedProcess."""
-    # KILN_MODE carries over: the suite runs whole in each mode.
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("KILN_") or k == "KILN_MODE"}
+    # KILN_MODE carries over: the suite runs whole in each mode; and the suite's kernel cache.
+    kept = ("KILN_MODE", "KILN_CACHE_DIR")
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("KILN_") or k in kept}
     full_env.update(env or {})
     return subprocess.run(
         [sys.executable, "-c", code], env=full_env, capture_output=True, text=True, timeout=timeout, cwd=REPO

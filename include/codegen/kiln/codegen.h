@@ -30,6 +30,10 @@ struct Options {
 // executable key: an object built for another CPU would crash here.
 std::string environment_fingerprint(const Options& options);
 
+// A hash of the sources that shape generated code (tools/build_identity.cmake):
+// part of the fingerprint, so another build of kiln never loads this one's kernels.
+const char* build_identity();
+
 struct CompiledObject {
   std::string object;   // relocatable ELF object bytes (what a persistent cache stores)
   std::string llvm_ir;  // optimized LLVM IR text, only when asked for (KILN_DUMP_DIR)

@@ -14,6 +14,7 @@
 #include "kiln/codegen.h"
 #include "kiln/fusion.h"
 #include "kiln/runtime.h"
+#include "kiln/store.h"
 #include "kiln/trace.h"
 
 namespace kiln {
@@ -27,6 +28,10 @@ struct Options {
   codegen::Options codegen;
   int num_threads = 1;   // KILN_NUM_THREADS (options_for); 1 without the knobs
   std::string dump_dir;  // KILN_DUMP_DIR (empty: off)
+  // The persistent store's directory (KILN_CACHE, KILN_CACHE_DIR); empty:
+  // compiled kernels live in memory only (the default without the knobs).
+  std::string cache_dir;
+  bool cache_read_only = false;  // KILN_CACHE_READONLY
 };
 
 // The options the knobs ask for (KILN_FUSION_MAX_OPS, KILN_STREAM_MIN_MB,
@@ -34,8 +39,10 @@ struct Options {
 // to the caller, who owns the channels.
 Options options_for(const Settings& settings);
 
-// Sets the options; called once before the first flush. Throws
-// std::invalid_argument when KILN_DUMP_DIR cannot be created or written.
+// Sets the options and opens the persistent store; called once before the
+// first flush. Throws std::invalid_argument when KILN_DUMP_DIR cannot be
+// created or written. A cache directory that cannot be used is no error: the
+// process goes on memory-only, with a warning (take_warnings).
 void configure(const Options& options);
 const Options& options();
 
@@ -68,7 +75,32 @@ std::vector<CompileTime> compile_times();
 void start_compiler_warm_up();
 void wait_for_compiler_warm_up();
 
-// The process's compiled executables (the persistent store comes next).
+// The process's compiled executables in memory; behind them, the persistent
+// store (cache_dir).
 cache::MemoryCache& executable_cache();
+
+// Warnings for the user since the last call (a refused cache directory, a
+// cache that could not be written, a corrupt entry), each text once per
+// process. The dispatch layer shows them as Python warnings.
+std::vector<std::string> take_warnings();
+
+// Waits until the persistent store holds every kernel compiled so far, or
+// `timeout_ms` passed; returns whether it does (true without a store).
+bool flush_store(int timeout_ms);
+
+// At exit: what is queued goes into the store, within `timeout_ms` (a
+// process that compiled kernels just before exiting keeps them), then the
+// store closes and the process is memory-only. It must run before static
+// destructors do: RocksDB's own statics (its Env, its mutexes) die there,
+// and a store closing after them aborts. The Python module calls it from
+// an atexit handler; a C++ program calls it before returning from main.
+void close_store(int timeout_ms);
+
+// The persistent store's directory ("" when the process is memory-only),
+// its entries, each checked (`python -m kiln cache list|verify`), and
+// clearing it (`cache clear`: returns how many entries it held).
+std::string store_dir();
+std::vector<cache::StoreListing> stored_entries();
+size_t clear_store();
 
 }  // namespace kiln::engine

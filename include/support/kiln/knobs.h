@@ -84,6 +84,9 @@ struct Settings {
   int num_threads;
   int64_t stream_min_mb;  // 0: never
   std::string dump_dir;   // empty: off
+  bool cache;             // KILN_CACHE: keep compiled kernels in the persistent store
+  std::string cache_dir;  // KILN_CACHE_DIR, resolved ("" when no default can be found)
+  bool cache_read_only;   // KILN_CACHE_READONLY
 
   bool log_enabled(std::string_view channel) const { return channel_in(log, channel); }
   bool operator==(const Settings&) const = default;  // tests compare whole settings

@@ -34,6 +34,8 @@ enum class Counter {
   ExecutableLaunches,  // compiled kernels launched, by kind
   BytesNotWritten,     // bytes fusion did not store (dead intermediates)
   BytesReused,         // bytes of outputs given memory only a pending trace still held
+  ExecutableStore,     // persistent-cache lookups of kernels not in memory: hit, miss, corrupt, load failed
+  StoreTime,           // persistent cache, microseconds: load_us (hits' get and load), compile_saved_us
 };
 
 struct TimeBreakdown;
@@ -58,7 +60,7 @@ class Metrics {
  private:
   void write_counters(std::ostream& os) const;
   using Table = std::map<std::string, int64_t, std::less<>>;
-  static constexpr int kCounters = 16;
+  static constexpr int kCounters = 18;
   mutable std::mutex mu_;
   Table tables_[kCounters];
 };

@@ -61,6 +61,10 @@ void initialize() {
                      (opts.launch_blocking ? ", launch blocking" : ""));
 }
 
+void warn_about_the_engine() {
+  for (const std::string& w : engine::take_warnings()) TORCH_WARN(w);
+}
+
 bool is_initialized() { return g_initialized.load(std::memory_order_acquire); }
 
 const Settings& settings() { return g_settings; }

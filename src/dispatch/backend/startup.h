@@ -17,6 +17,10 @@ void initialize();
 bool is_initialized();
 const Settings& settings();
 
+// Shows the engine's new warnings (engine::take_warnings) as Python
+// warnings, at the line that met them.
+void warn_about_the_engine();
+
 // Switches KILN_MODE at run time (kiln.set_mode): flushes what every device
 // recorded first, so nothing recorded under one mode is left behind.
 void set_lazy_mode(bool lazy);

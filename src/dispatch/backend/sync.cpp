@@ -5,6 +5,7 @@
 #include <string>
 
 #include "dispatch/backend/devices.h"
+#include "dispatch/backend/startup.h"
 #include "dispatch/backend/torch_errors.h"
 #include "kiln/engine.h"
 #include "kiln/metrics.h"
@@ -26,6 +27,7 @@ void flush_trace(runtime::Device& dev, std::string_view reason) {
   });
   TORCH_CHECK(failure.empty(), "kiln: running the ops recorded on ", device_string(dev.index()), " since the last ",
               "sync failed: ", failure, ". This is a kiln bug; KILN_MODE=eager runs every op on its own.");
+  warn_about_the_engine();  // a corrupt cache entry, a cache that could not be written
 }
 
 void synchronize(runtime::Device& dev, std::string_view reason) {

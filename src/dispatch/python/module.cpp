@@ -71,7 +71,9 @@ PYBIND11_MODULE(_C, m) {
     initialize();  // raises ValueError for a bad knob
     register_hooks();
     route_composite_ops_to_library_kernel();
-    return unknown_knob_warnings();
+    std::vector<std::string> warnings = unknown_knob_warnings();
+    for (std::string& w : engine::take_warnings()) warnings.push_back(std::move(w));  // a refused cache directory
+    return warnings;
   });
   m.def("is_initialized", &is_initialized);
   m.def("device_name", [] { return settings().device_name; });
@@ -124,4 +126,20 @@ PYBIND11_MODULE(_C, m) {
     return rows;
   });
   m.def("knobs_markdown", &knobs_markdown);
+  m.def("cache_dir", &engine::store_dir);  // "" when memory-only
+  m.def("cache_flush", [](int timeout_ms) {
+    py::gil_scoped_release released;
+    return engine::flush_store(timeout_ms);
+  });
+  m.def("cache_entries", [] {  // [(key hex, bytes, written unix s, compile ms, problem or "")]
+    py::list out;
+    for (const cache::StoreListing& l : engine::stored_entries())
+      out.append(py::make_tuple(l.key.hex(), l.bytes, l.written_unix_s, l.compile_ms, l.problem));
+    return out;
+  });
+  m.def("cache_clear", [] { return engine::clear_store(); });
+  m.def("cache_close", [](int timeout_ms) {  // kiln/__init__.py's atexit handler
+    py::gil_scoped_release released;
+    engine::close_store(timeout_ms);
+  });
 }

@@ -1,0 +1,94 @@
+// The persistent level of the executable cache: a RocksDB database in one
+// directory (KILN_CACHE_DIR), shared by every process of the user on the
+// host. No torch, no LLVM.
+//
+// RocksDB lets one process open a database read-write (its LOCK file) and
+// any number open it as secondaries, which read and catch up with what the
+// writer wrote. So every process reads through a secondary, and writes from a
+// background thread that opens the database read-write only for the moment
+// it takes to write one batch of new entries, retrying with backoff while
+// another process holds it. Nobody waits for another process on the way to a
+// kernel: a lookup never takes the lock, and a write is queued. A writer
+// touches a marker file after each batch, and a reader whose lookup missed
+// catches up only when the marker changed since it last did.
+// docs/cache.md lists the failure modes.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kiln/cache.h"
+
+namespace kiln::cache {
+
+struct StoreOptions {
+  std::string dir;         // created 0700 if missing; see cache_directory.h for what is refused
+  bool read_only = false;  // KILN_CACHE_READONLY: serve what is there, never write
+};
+
+enum class Lookup {
+  Hit,
+  Absent,   // no entry under this key: a new kernel
+  Corrupt,  // an entry that failed its checks: counted, deleted, recompiled
+};
+
+struct StoreLookupResult {
+  Lookup outcome = Lookup::Absent;
+  std::string object;     // on a hit
+  double compile_ms = 0;  // on a hit: what the entry cost to build
+  std::string problem;    // on Corrupt: what was wrong
+};
+
+// One entry as `list` and `verify` see it.
+struct StoreListing {
+  Key key;
+  size_t bytes = 0;
+  int64_t written_unix_s = 0;
+  double compile_ms = 0;
+  std::string problem;  // "" when the entry is intact and was built for `fingerprint`
+};
+
+class Store {
+ public:
+  // Never throws. When the directory cannot be used (refused, not
+  // creatable, not writable outside read-only mode), returns null and sets
+  // `why` to a sentence naming the directory and the fix.
+  static std::unique_ptr<Store> open(const StoreOptions& options, std::string& why);
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  // Looks `key` up; an entry must carry `key` and `fingerprint` and pass its
+  // checksum to count as a hit. Thread-safe.
+  StoreLookupResult get(const Key& key, std::string_view fingerprint);
+  // Queues an entry for the background writer; no-op in read-only mode.
+  void put(const Key& key, std::string_view fingerprint, std::string object, double compile_ms);
+  // Queues the deletion of a key whose object failed to load.
+  void discard(const Key& key);
+  // Waits until every queued write is in the database or `timeout` passed;
+  // returns whether the queue is empty.
+  bool flush(std::chrono::milliseconds timeout);
+
+  // Every entry, checked against `fingerprint`: for `python -m kiln cache`.
+  std::vector<StoreListing> list(std::string_view fingerprint);
+  // Deletes every entry (`cache clear`); returns how many.
+  size_t clear();
+
+  // A warning the background writer met (disk full, lost database), once:
+  // "" when there is none new. The caller shows it to the user.
+  std::string take_warning();
+
+  const std::string& dir() const;
+
+  struct Impl;
+
+ private:
+  explicit Store(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace kiln::cache

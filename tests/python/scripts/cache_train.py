@@ -1,0 +1,56 @@
+"""A small training script for the persistent-cache tests.
+
+It trains a GELU MLP with LayerNorm and AdamW on the neuron device (several
+distinct fused kernels, pointwise and row) and prints one JSON line: the
+trained parameters' checksum, a few raw values and kiln's cache counters.
+An argument `--variant N` adds a differently shaped op chain, so that
+processes can have kernels of their own beside the shared ones.
+"""
+
+import argparse
+import json
+
+import torch
+
+import kiln
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--variant", type=int, default=0)
+parser.add_argument("--steps", type=int, default=3)
+args = parser.parse_args()
+
+torch.manual_seed(0)
+dev = torch.device(kiln.DEVICE_NAME)
+model = torch.nn.Sequential(
+    torch.nn.Linear(16, 32), torch.nn.LayerNorm(32), torch.nn.GELU(), torch.nn.Linear(32, 4)
+).to(dev)
+opt = torch.optim.AdamW(model.parameters(), lr=1e-2, foreach=False)
+x = torch.randn(8, 16).to(dev)
+y = torch.randn(8, 4).to(dev)
+for _ in range(args.steps):
+    opt.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    opt.step()
+loss_value = loss.item()  # a sync: the variant's ops below are a trace of their own
+extra = 0.0
+if args.variant:
+    # A chain of its own per variant: a different number of ops is a different kernel.
+    z = x[:, :4]
+    for _ in range(args.variant):
+        z = torch.tanh(z * 1.5 + 0.25)
+    extra = z.sum().item()
+params = torch.cat([p.detach().flatten() for p in model.parameters()]).cpu()
+c = kiln.metrics.counters()
+print(
+    json.dumps(
+        {
+            "loss": loss_value,
+            "extra": extra,
+            "checksum": params.double().sum().item(),
+            "first": params[:8].tolist(),
+            "compiled": sum(c["kernels_compiled"].values()),
+            "store": c["executable_store"],
+        }
+    )
+)

@@ -1,0 +1,173 @@
+"""The persistent executable cache (KILN_CACHE_DIR), from the outside: fresh
+processes running a training script against one store."""
+
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, run_python
+
+SCRIPT = os.path.join(REPO, "tests", "python", "scripts", "cache_train.py")
+
+
+def train(cache_dir, *args, env=None, check=True):
+    """Runs the script in a fresh process on `cache_dir`; its JSON line, and stderr."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
+    full_env.update({"KILN_MODE": "lazy", "KILN_CACHE_DIR": str(cache_dir)})
+    full_env.update(env or {})
+    r = subprocess.run(
+        [sys.executable, SCRIPT, *args], env=full_env, capture_output=True, text=True, timeout=180, cwd=REPO
+    )
+    if check:
+        assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 else None
+    return out, r.stderr
+
+
+def same_results(a, b):
+    return (a["loss"], a["extra"], a["checksum"], a["first"]) == (b["loss"], b["extra"], b["checksum"], b["first"])
+
+
+def test_a_second_run_compiles_nothing_and_gives_the_same_bits(tmp_path):
+    cold, _ = train(tmp_path / "c")
+    assert cold["compiled"] > 0
+    assert cold["store"].get("miss", 0) == cold["compiled"]
+    assert cold["store"].get("hit", 0) == 0
+    warm, _ = train(tmp_path / "c")
+    assert warm["compiled"] == 0, warm
+    assert warm["store"]["hit"] == cold["compiled"]
+    assert same_results(cold, warm)
+    off, _ = train(tmp_path / "off", env={"KILN_CACHE": "0"})
+    assert same_results(cold, off)
+    assert off["store"] == {}
+    assert not (tmp_path / "off").exists()
+
+
+def test_the_directory_is_private(tmp_path):
+    train(tmp_path / "c")
+    assert stat.S_IMODE(os.stat(tmp_path / "c").st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(tmp_path / "c" / "store").st_mode) == 0o700
+
+
+def test_a_directory_others_can_write_is_refused_and_the_run_goes_on(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o777)
+    reference, _ = train(tmp_path / "ok")
+    out, err = train(shared)
+    assert "writable by other users (mode 0777)" in err
+    assert "UserWarning" in err
+    assert out["compiled"] > 0 and out["store"] == {}
+    assert same_results(reference, out)
+    assert os.listdir(shared) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a directory to another user needs root")
+def test_a_directory_another_user_owns_is_refused(tmp_path):
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o700)
+    os.chown(theirs, 65534, 65534)
+    out, err = train(theirs)
+    assert "is owned by user 65534" in err
+    assert out["store"] == {}
+
+
+def test_a_directory_that_cannot_be_created_degrades_to_memory(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    out, err = train(blocker / "kiln")
+    assert "cannot be created" in err and "in this process's memory only" in err
+    assert out["compiled"] > 0
+
+
+def test_read_only_mode_serves_hits_and_never_writes(tmp_path):
+    cold, _ = train(tmp_path / "c")
+    before = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in (tmp_path / "c" / "store").iterdir())
+    warm, _ = train(tmp_path / "c", "--variant", "3", env={"KILN_CACHE_READONLY": "1"})
+    assert warm["store"]["hit"] == cold["compiled"]
+    assert warm["store"]["miss"] >= 1  # the variant's own chain: compiled, not stored
+    after = sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in (tmp_path / "c" / "store").iterdir())
+    assert after == before
+    again, _ = train(tmp_path / "c", "--variant", "3")
+    assert again["store"]["miss"] == warm["store"]["miss"]  # nothing of the read-only run was stored
+
+
+def test_a_code_shaping_knob_misses(tmp_path):
+    cold, _ = train(tmp_path / "c")
+    fast, _ = train(tmp_path / "c", env={"KILN_FAST_MATH": "1"})
+    assert fast["store"].get("hit", 0) == 0
+    assert fast["compiled"] == cold["compiled"]
+    both, _ = train(tmp_path / "c", env={"KILN_FAST_MATH": "1"})
+    assert both["compiled"] == 0
+
+
+def test_a_flipped_byte_on_disk_is_caught_and_the_kernel_recompiled(tmp_path):
+    cold, _ = train(tmp_path / "c")
+    train(tmp_path / "c", "--variant", "2")  # a second writer session: the first batch is in a table file now
+    tables = sorted((tmp_path / "c" / "store").glob("*.sst"), key=lambda p: p.stat().st_size)
+    assert tables, os.listdir(tmp_path / "c" / "store")
+    for table in tables:
+        data = bytearray(table.read_bytes())
+        for i in range(len(data) // 4, len(data) // 2, 97):  # a run of flips in the data blocks
+            data[i] ^= 0x5A
+        table.write_bytes(bytes(data))
+    out, err = train(tmp_path / "c")
+    assert same_results(cold, out)
+    assert out["store"].get("hit", 0) + out["compiled"] == cold["compiled"]
+    assert out["compiled"] > 0
+    assert out["store"].get("corrupt", 0) > 0 or out["store"].get("miss", 0) > 0
+    healed, _ = train(tmp_path / "c")
+    assert same_results(cold, healed)
+    assert healed["compiled"] == 0, (healed, err)
+
+
+def test_cli_stats_list_verify_and_clear(tmp_path):
+    cold, _ = train(tmp_path / "c")
+    env = {"KILN_CACHE_DIR": str(tmp_path / "c")}
+
+    def cli(*args):
+        return run_python(f"from kiln.__main__ import main; main({list(args)!r})", env=env)
+
+    r = cli("cache", "stats")
+    assert r.returncode == 0, r.stderr
+    assert f"entries: {cold['compiled']} (0 bad" in r.stdout
+    r = cli("cache", "list")
+    assert len(r.stdout.strip().splitlines()) == cold["compiled"]
+    assert all(line.endswith("ok") for line in r.stdout.strip().splitlines())
+    r = cli("cache", "verify")
+    assert r.returncode == 0 and f"{cold['compiled']} entries, 0 bad" in r.stdout
+    r = cli("cache", "clear")
+    assert f"{cold['compiled']} entries deleted" in r.stdout
+    assert "entries: 0 " in cli("cache", "stats").stdout
+    again, _ = train(tmp_path / "c")
+    assert again["compiled"] == cold["compiled"]
+
+
+def test_eight_processes_share_one_empty_cache(tmp_path):
+    """Eight processes at once, each with a shared workload and a kernel of its own."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
+    env.update({"KILN_MODE": "lazy", "KILN_CACHE_DIR": str(tmp_path / "c")})
+    procs = [
+        subprocess.Popen(
+            [sys.executable, SCRIPT, "--variant", str(v)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=REPO,
+        )
+        for v in range(1, 9)
+    ]
+    firsts = []
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-3000:]
+        firsts.append(json.loads(out.strip().splitlines()[-1]))
+    for v in range(1, 9):
+        again, _ = train(tmp_path / "c", "--variant", str(v))
+        assert again["compiled"] == 0, (v, again)
+        assert same_results(firsts[v - 1], again)
