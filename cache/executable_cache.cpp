@@ -6,6 +6,7 @@
 #include <exception>
 
 #include "kiln/cache.h"
+#include "kiln/lru.h"
 
 namespace kiln::cache {
 
@@ -37,19 +38,21 @@ struct MemoryCache::Slot {
   std::exception_ptr error;
 };
 
+MemoryCache::MemoryCache(size_t capacity) : slots_(std::make_unique<LruMap<std::shared_ptr<Slot>>>(capacity)) {}
+
+MemoryCache::~MemoryCache() = default;
+
 std::shared_ptr<const Entry> MemoryCache::get_or_build(const Key& key, const std::function<Entry()>& build, bool* hit) {
   std::shared_ptr<Slot> slot;
   bool builder = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = slots_.find(key);
-    if (it == slots_.end()) {
-      if (slots_.size() >= kCapacity) slots_.clear();
-      slot = std::make_shared<Slot>();
-      slots_.emplace(key, slot);
-      builder = true;
+    if (std::shared_ptr<Slot>* found = slots_->find(key)) {
+      slot = *found;
     } else {
-      slot = it->second;
+      slot = std::make_shared<Slot>();
+      slots_->insert(key, slot);  // may drop the least recently used
+      builder = true;
     }
   }
   if (hit) *hit = !builder;
@@ -62,8 +65,8 @@ std::shared_ptr<const Entry> MemoryCache::get_or_build(const Key& key, const std
     } catch (...) {
       {
         std::lock_guard<std::mutex> lock(mu_);
-        auto it = slots_.find(key);
-        if (it != slots_.end() && it->second == slot) slots_.erase(it);  // not a later builder's slot
+        std::shared_ptr<Slot>* found = slots_->find(key);
+        if (found && *found == slot) slots_->erase(key);  // not a later builder's slot
       }
       std::lock_guard<std::mutex> lock(slot->mu);
       slot->error = std::current_exception();
@@ -79,12 +82,17 @@ std::shared_ptr<const Entry> MemoryCache::get_or_build(const Key& key, const std
 
 size_t MemoryCache::size() const {
   std::lock_guard<std::mutex> lock(mu_);
-  return slots_.size();
+  return slots_->size();
+}
+
+uint64_t MemoryCache::evictions() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return slots_->evictions();
 }
 
 void MemoryCache::clear() {
   std::lock_guard<std::mutex> lock(mu_);
-  slots_.clear();
+  slots_->clear();
 }
 
 }  // namespace kiln::cache

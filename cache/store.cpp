@@ -3,9 +3,7 @@
 
 #include <fcntl.h>
 #include <rocksdb/db.h>
-#include <rocksdb/env.h>
-#include <rocksdb/options.h>
-#include <rocksdb/write_batch.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -19,32 +17,15 @@
 #include <deque>
 #include <filesystem>
 #include <mutex>
-#include <random>
 #include <thread>
+#include <unordered_map>
 
 #include "kiln/cache_directory.h"
 #include "kiln/entry_format.h"
+#include "store_writer.h"
 
 namespace kiln::cache {
 namespace {
-
-// RocksDB's info LOG files would pile up in the cache directory (and a
-// secondary needs a writable directory of its own for them): kiln logs what
-// matters through KILN_LOG=cache instead.
-class SilentLogger final : public rocksdb::Logger {
- public:
-  using rocksdb::Logger::Logv;
-  void Logv(const char*, va_list) override {}
-};
-
-rocksdb::Options base_options() {
-  rocksdb::Options o;
-  o.info_log = std::make_shared<SilentLogger>();
-  o.compression = rocksdb::kLZ4Compression;  // objects are mostly zeros and relocations: ~2-3x
-  o.max_open_files = -1;                     // a secondary must keep every file open
-  o.keep_log_file_num = 1;
-  return o;
-}
 
 // Keys are the 16 bytes of the 128-bit key, high word first, so that the
 // store's order is the hex order `list` prints.
@@ -73,8 +54,34 @@ int64_t mtime_ns(const std::string& path) {
   return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
 }
 
-bool lock_is_held_elsewhere(const rocksdb::Status& s) {
-  return s.IsIOError() && s.ToString().find("lock") != std::string::npos;
+// "" when `value` is an intact entry of `key` built for `fingerprint` (then
+// in `out`); else what is wrong with it.
+std::string check_entry(std::string_view value, const Key& key, std::string_view fingerprint, StoredEntry& out) {
+  std::string problem = decode_entry(value, out);
+  if (problem.empty() && !(out.key == key)) problem = "stored under another key";
+  if (problem.empty() && out.fingerprint != fingerprint) problem = "built for another environment";
+  return problem;
+}
+
+// The secondary's own directory (RocksDB requires one; SilentLogger keeps it
+// empty): private to this process, removed at exit. Those of processes that
+// died without their exit (killed) are removed here: their names carry the
+// pid, and only this user's are touched.
+std::string make_reader_dir() {
+  std::error_code ec;
+  const std::filesystem::path tmp = std::filesystem::temp_directory_path(ec);
+  if (ec) return "";
+  const std::string prefix = "kiln-reader-";
+  for (const auto& d : std::filesystem::directory_iterator(tmp, ec)) {
+    const std::string name = d.path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    const long pid = std::strtol(name.c_str() + prefix.size(), nullptr, 10);
+    struct stat st;
+    if (pid <= 0 || ::lstat(d.path().c_str(), &st) != 0 || st.st_uid != ::getuid()) continue;
+    if (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) std::filesystem::remove_all(d.path(), ec);
+  }
+  std::string path = (tmp / (prefix + std::to_string(::getpid()) + "-XXXXXX")).string();
+  return ::mkdtemp(path.data()) ? path : "";
 }
 
 }  // namespace
@@ -85,13 +92,15 @@ struct Store::Impl {
 
   // ---- reading (any thread)
   std::mutex read_mu;
-  rocksdb::DB* reader = nullptr;  // the secondary instance; null until the database exists
-  int64_t caught_up_to = -1;      // marker time of the last open or catch-up
+  rocksdb::DB* reader = nullptr;   // the secondary instance; null until the database exists
+  int64_t caught_up_to = -1;       // marker time of the last open or catch-up
+  bool reader_saw_damage = false;  // reopened once the writer wrote again (it rebuilds first)
 
   // ---- writing (the background writer)
-  struct Pending {
-    std::string key, value;  // value empty: a deletion
-  };
+  using Pending = detail::Pending;
+  uint64_t max_bytes = 0;  // KILN_CACHE_MAX_MB; 0: no cap
+  std::atomic<uint64_t> evicted{0}, lock_wait_us{0};
+  std::atomic<bool> damaged{false};  // a reader met RocksDB's Corruption: rebuild before the next batch
   std::mutex write_mu;
   std::condition_variable wake, drained;
   std::deque<Pending> queue;
@@ -121,19 +130,26 @@ struct Store::Impl {
     const int64_t marker = mtime_ns(marker_path);
     if (marker == 0) return nullptr;  // nothing was ever written
     if (reader_path.empty()) {
-      // The secondary's own directory (RocksDB requires one; SilentLogger
-      // keeps it empty): private to this process, removed at exit.
-      std::error_code ec;
-      std::string path = (std::filesystem::temp_directory_path(ec) / "kiln-reader-XXXXXX").string();
-      if (::mkdtemp(path.data()) == nullptr) return nullptr;
-      reader_path = path;
+      reader_path = make_reader_dir();
+      if (reader_path.empty()) return nullptr;
     }
     rocksdb::DB* db = nullptr;
-    if (rocksdb::DB::OpenAsSecondary(base_options(), db_path, reader_path, &db).ok()) {
+    if (rocksdb::DB::OpenAsSecondary(detail::base_options(), db_path, reader_path, &db).ok()) {
       reader = db;
       caught_up_to = marker;
     }
     return reader;
+  }
+
+  // Sees what writers added since the secondary was opened. A reopen, not
+  // TryCatchUpWithPrimary: every writer session starts a new MANIFEST, and
+  // RocksDB 7.8's catch-up across MANIFESTs fails an assertion (an abort in
+  // Debian's build) once the writers have reopened a few times.
+  // Caller holds read_mu.
+  rocksdb::DB* reopen_reader() {
+    delete reader;
+    reader = nullptr;
+    return ensure_reader();
   }
 
   // OK with the value, NotFound, or what RocksDB met instead (its own block
@@ -141,18 +157,43 @@ struct Store::Impl {
   rocksdb::Status read(const std::string& key, std::string& value) {
     std::lock_guard<std::mutex> lock(read_mu);
     rocksdb::DB* db = ensure_reader();
+    if (db && reader_saw_damage && mtime_ns(marker_path) != caught_up_to) {
+      db = reopen_reader();  // the writer has rebuilt the database since
+      reader_saw_damage = false;
+    }
     if (!db) return rocksdb::Status::NotFound();
     rocksdb::Status s = db->Get(rocksdb::ReadOptions(), key, &value);
+    if (s.IsCorruption() && !std::exchange(reader_saw_damage, true)) note_damage(s.ToString());
     if (!s.IsNotFound()) return s;
-    const int64_t marker = mtime_ns(marker_path);
-    if (marker == caught_up_to) return s;  // nothing written since we last looked
-    caught_up_to = marker;                 // before catching up: a later write moves it again
-    if (!db->TryCatchUpWithPrimary().ok()) {
-      delete reader;  // files it knew were compacted away: reopened at the next lookup
-      reader = nullptr;
-      return rocksdb::Status::NotFound();
-    }
+    if (mtime_ns(marker_path) == caught_up_to) return s;  // nothing written since we last looked
+    db = reopen_reader();
+    if (!db) return rocksdb::Status::NotFound();
     return db->Get(rocksdb::ReadOptions(), key, &value);
+  }
+
+  std::string damage_seen;  // under write_mu
+  void note_damage(const std::string& what) {
+    {
+      std::lock_guard<std::mutex> lock(write_mu);
+      damage_seen = what;
+    }
+    damaged.store(true);
+  }
+
+  // Whether a use of `key` now should move it to the front of the LRU order:
+  // at most once per key and kTouchInterval, so that a kernel used on every
+  // flush queues a touch now and then, not per use. Records the use.
+  static constexpr auto kTouchInterval = std::chrono::seconds(1);
+  std::mutex touch_mu;
+  std::unordered_map<Key, std::chrono::steady_clock::time_point, KeyHash> last_use;
+  bool used_now(const Key& key) {
+    const auto now = std::chrono::steady_clock::now();
+    std::lock_guard<std::mutex> lock(touch_mu);
+    if (last_use.size() >= 65536) last_use.clear();  // bounded; a cleared key is touched once more
+    auto [it, fresh] = last_use.try_emplace(key, now);
+    if (!fresh && now - it->second < kTouchInterval) return false;
+    it->second = now;
+    return true;
   }
 
   void enqueue(Pending p) {
@@ -162,25 +203,6 @@ struct Store::Impl {
       queue.push_back(std::move(p));
     }
     wake.notify_one();
-  }
-
-  // Opens the database read-write, retrying while another process holds it.
-  // Returns null (and the status) for any other failure.
-  rocksdb::DB* open_for_writing(rocksdb::Status& status) {
-    std::minstd_rand jitter(static_cast<unsigned>(::getpid()));
-    for (int attempt = 0;; ++attempt) {
-      rocksdb::Options o = base_options();
-      o.create_if_missing = true;
-      rocksdb::DB* db = nullptr;
-      status = rocksdb::DB::Open(o, db_path, &db);
-      if (status.ok()) return db;
-      if (!lock_is_held_elsewhere(status)) return nullptr;
-      {
-        std::unique_lock<std::mutex> lock(write_mu);
-        if (stopping && attempt >= 200) return nullptr;  // ~2-4 s at exit: give up, lose the batch
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(5 + jitter() % 15));
-    }
   }
 
   void write_loop() {
@@ -212,48 +234,40 @@ struct Store::Impl {
     }
   }
 
+  // Writes one batch; a database RocksDB finds damaged is rebuilt from what
+  // still reads back and the batch written to that. Returns "" or the failure.
   std::string write_batch(const std::vector<Pending>& batch) {
-    std::string failure = try_write_batch(batch);
-    if (failure.rfind("Corruption", 0) != 0) return failure;
-    // A database RocksDB finds corrupt (a damaged file) would fail every
-    // write and compaction from now on: it is moved aside, and the batch
-    // goes into a new one. Readers move over at their next catch-up.
-    const std::string aside =
-        db_path + ".corrupt-" + std::to_string(std::time(nullptr)) + "-" + std::to_string(::getpid());
-    std::error_code ec;
-    std::filesystem::rename(db_path, aside, ec);
-    if (ec) return failure + "; moving it aside failed: " + ec.message();
-    ::mkdir(db_path.c_str(), 0700);
-    {
+    auto give_up = [this](int attempt) {
       std::lock_guard<std::mutex> lock(write_mu);
-      warning = "kiln: the executable cache database in '" + db_path + "' was corrupt (" + failure +
-                "); it was moved to '" + aside + "' and a new one started";
+      return stopping && attempt >= 200;  // ~2-4 s at exit: give up, lose the batch
+    };
+    // A damaged table fails every write and compaction from the moment a
+    // compaction meets it, so the database is rebuilt from what reads back
+    // whole as soon as a reader or a write meets the damage (moving it aside
+    // would lose what this run and others stored since).
+    auto rebuild = [&](const std::string& why) {
+      const std::string what = detail::rebuild_damaged(db_path, give_up);
+      std::lock_guard<std::mutex> lock(write_mu);
+      warning = "kiln: the executable cache database in '" + db_path + "' was damaged (" + why + "); " + what;
       has_warning.store(true, std::memory_order_release);
-    }
-    return try_write_batch(batch);
-  }
-
-  std::string try_write_batch(const std::vector<Pending>& batch) {
-    rocksdb::Status s;
-    rocksdb::DB* db = open_for_writing(s);
-    if (!db) return s.ToString();
-    rocksdb::WriteBatch wb;
-    for (const Pending& p : batch) {
-      if (p.value.empty()) {
-        wb.Delete(p.key);
-      } else {
-        wb.Put(p.key, p.value);
+    };
+    if (damaged.exchange(false)) {
+      std::string why;
+      {
+        std::lock_guard<std::mutex> lock(write_mu);
+        why = damage_seen;
       }
+      rebuild(why);
     }
-    rocksdb::WriteOptions wo;
-    wo.sync = true;  // an entry a reader was told about survives a power loss too
-    s = db->Write(wo, &wb);
-    const rocksdb::Status closed = db->Close();
-    delete db;
-    if (!s.ok()) return s.ToString();
-    if (!closed.ok()) return closed.ToString();
-    touch_marker();
-    return "";
+    detail::BatchOutcome out = detail::write_batch(db_path, batch, max_bytes, give_up);
+    if (out.failure.rfind("Corruption", 0) == 0) {
+      rebuild(out.failure);
+      out = detail::write_batch(db_path, batch, max_bytes, give_up);
+    }
+    evicted.fetch_add(out.evicted, std::memory_order_relaxed);
+    lock_wait_us.fetch_add(out.lock_wait_us, std::memory_order_relaxed);
+    if (out.failure.empty()) touch_marker();
+    return out.failure;
   }
 
   void touch_marker() {
@@ -272,6 +286,7 @@ std::unique_ptr<Store> Store::open(const StoreOptions& options, std::string& why
   auto impl = std::make_unique<Impl>();
   impl->dir = options.dir;
   impl->read_only = options.read_only;
+  impl->max_bytes = options.max_bytes;
   impl->db_path = options.dir + "/store";
   impl->marker_path = options.dir + "/store.written";
   if (std::filesystem::exists(impl->db_path)) {
@@ -291,21 +306,24 @@ Store::~Store() = default;
 
 const std::string& Store::dir() const { return impl_->dir; }
 
+Store::Counters Store::counters() const {
+  return {impl_->evicted.load(std::memory_order_relaxed), impl_->lock_wait_us.load(std::memory_order_relaxed)};
+}
+
 StoreLookupResult Store::get(const Key& key, std::string_view fingerprint) {
   StoreLookupResult r;
   std::string value;
   const rocksdb::Status s = impl_->read(db_key(key), value);
   if (s.IsNotFound()) return r;
   StoredEntry e;
-  r.problem = s.ok() ? decode_entry(value, e) : s.ToString();
-  if (r.problem.empty() && !(e.key == key)) r.problem = "stored under another key";
-  if (r.problem.empty() && e.fingerprint != fingerprint) r.problem = "built for another environment";
+  r.problem = s.ok() ? check_entry(value, key, fingerprint, e) : s.ToString();
   if (!r.problem.empty()) {
     r.outcome = Lookup::Corrupt;
     discard(key);
     return r;
   }
   r.outcome = Lookup::Hit;
+  touch(key);
   r.object = std::move(e.object);
   r.compile_ms = e.compile_ms;
   return r;
@@ -319,11 +337,16 @@ void Store::put(const Key& key, std::string_view fingerprint, std::string object
   e.object = std::move(object);
   e.compile_ms = compile_ms;
   e.written_unix_s = static_cast<int64_t>(std::time(nullptr));
-  impl_->enqueue({db_key(key), encode_entry(e)});
+  impl_->enqueue({detail::Change::Put, db_key(key), encode_entry(e)});
+  impl_->used_now(key);  // a put is a use: no touch for it within the interval
+}
+
+void Store::touch(const Key& key) {
+  if (!impl_->read_only && impl_->used_now(key)) impl_->enqueue({detail::Change::Touch, db_key(key), ""});
 }
 
 void Store::discard(const Key& key) {
-  if (!impl_->read_only) impl_->enqueue({db_key(key), ""});
+  if (!impl_->read_only) impl_->enqueue({detail::Change::Delete, db_key(key), ""});
 }
 
 bool Store::flush(std::chrono::milliseconds timeout) {
@@ -341,9 +364,8 @@ std::string Store::take_warning() {
 std::vector<StoreListing> Store::list(std::string_view fingerprint) {
   std::vector<StoreListing> out;
   std::lock_guard<std::mutex> lock(impl_->read_mu);
-  rocksdb::DB* db = impl_->ensure_reader();
+  rocksdb::DB* db = impl_->reopen_reader();
   if (!db) return out;
-  db->TryCatchUpWithPrimary();
   std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions()));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     StoreListing l;
@@ -356,9 +378,7 @@ std::vector<StoreListing> Store::list(std::string_view fingerprint) {
     }
     l.key = key_of(std::string_view(k.data(), k.size()));
     StoredEntry e;
-    l.problem = decode_entry(std::string_view(v.data(), v.size()), e);
-    if (l.problem.empty() && !(e.key == l.key)) l.problem = "stored under another key";
-    if (l.problem.empty() && e.fingerprint != fingerprint) l.problem = "built for another environment";
+    l.problem = check_entry(std::string_view(v.data(), v.size()), l.key, fingerprint, e);
     l.written_unix_s = e.written_unix_s;
     l.compile_ms = e.compile_ms;
     out.push_back(std::move(l));

@@ -33,11 +33,13 @@ void forget_store_in_child() {
 
 }  // namespace
 
-void open_store(const std::string& dir, bool read_only) {
+void open_store(const cache::StoreOptions& options) {
+  const std::string& dir = options.dir;
+  const bool read_only = options.read_only;
   std::shared_ptr<cache::Store> opened;
   if (!dir.empty()) {
     std::string why;
-    opened = cache::Store::open({dir, read_only}, why);
+    opened = cache::Store::open(options, why);
     if (!opened) {
       warn_once("kiln: the executable cache directory " + why +
                 ". Compiled kernels are kept in this process's memory only; set KILN_CACHE_DIR to a private "

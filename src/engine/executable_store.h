@@ -11,9 +11,10 @@
 
 namespace kiln::engine {
 
-// Opens the store in `dir` (empty: none) for the process. A directory that
-// cannot be used leaves the process memory-only, with one warning.
-void open_store(const std::string& dir, bool read_only);
+// Opens the store in `options.dir` (empty: none) for the process. A
+// directory that cannot be used leaves the process memory-only, with one
+// warning.
+void open_store(const cache::StoreOptions& options);
 // The store, or null. Null in a forked child: the parent's database handles
 // and writer thread did not come along.
 std::shared_ptr<cache::Store> store();

@@ -148,7 +148,7 @@ void configure(const Options& options) {
     fs::remove(probe, ec);
   }
   g_options = options;
-  open_store(options.cache_dir, options.cache_read_only);
+  open_store({options.cache_dir, options.cache_read_only, options.cache_max_bytes});
 }
 
 const Options& options() { return g_options; }
@@ -242,6 +242,11 @@ void flush(runtime::Device& dev, const trace::Trace& trace, std::string_view rea
         k.name = "kiln_" + key.hex();
         bool hit = false;
         k.entry = executable_cache().get_or_build(key, [&] { return build(pk, k.name, key); }, &hit);
+        if (hit) {
+          // A use the store cannot see: its LRU order must not evict a
+          // kernel that this process keeps using from memory.
+          if (const std::shared_ptr<cache::Store> stored = store()) stored->touch(key);
+        }
         metrics.add(Counter::ExecutableCache, hit ? "hit" : "miss");
       }
       metrics.add(Counter::ExecutableLaunches, pk.kernel.reduce_rank ? "row" : "pointwise");

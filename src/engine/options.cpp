@@ -14,6 +14,7 @@ Options options_for(const Settings& s) {
   o.dump_dir = s.dump_dir;
   if (s.cache) o.cache_dir = s.cache_dir;
   o.cache_read_only = s.cache_read_only;
+  o.cache_max_bytes = static_cast<uint64_t>(s.cache_max_mb) << 20;
   return o;
 }
 

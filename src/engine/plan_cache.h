@@ -7,11 +7,11 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "kiln/cache.h"
 #include "kiln/fusion.h"
+#include "kiln/lru.h"
 
 namespace kiln::engine {
 
@@ -30,23 +30,27 @@ struct PreparedPlan {
 class PlanCache {
  public:
   // Plenty for the distinct trace structures of a training loop; a workload
-  // of ever new shapes starts over instead of growing without bound.
+  // of ever new shapes drops the least recently used plans instead of
+  // growing without bound (and lets go of their executables).
   static constexpr size_t kCapacity = 512;
 
-  std::shared_ptr<const PreparedPlan> find(const cache::Key& key) const {
+  std::shared_ptr<const PreparedPlan> find(const cache::Key& key) {
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = plans_.find(key);
-    return it == plans_.end() ? nullptr : it->second;
+    std::shared_ptr<const PreparedPlan>* found = plans_.find(key);
+    return found ? *found : nullptr;
   }
   void insert(const cache::Key& key, std::shared_ptr<const PreparedPlan> plan) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (plans_.size() >= kCapacity) plans_.clear();
-    plans_[key] = std::move(plan);
+    plans_.insert(key, std::move(plan));
+  }
+  uint64_t evictions() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return plans_.evictions();
   }
 
  private:
-  mutable std::mutex mu_;
-  std::unordered_map<cache::Key, std::shared_ptr<const PreparedPlan>, cache::KeyHash> plans_;
+  std::mutex mu_;
+  cache::LruMap<std::shared_ptr<const PreparedPlan>> plans_{kCapacity};
 };
 
 inline PlanCache& plan_cache() {

@@ -165,6 +165,9 @@ const std::vector<KnobSpec>& knob_table() {
       {"KILN_CACHE_READONLY", KnobKind::Boolean, "0",
        "1: use the persistent store's kernels but never write to it (a shared, prebuilt cache).",
        set_flag<&Settings::cache_read_only>},
+      {"KILN_CACHE_MAX_MB", KnobKind::Integer, "2048",
+       "MiB of entries the persistent store keeps; past it the least recently used are evicted.",
+       set_integer<&Settings::cache_max_mb>, 1, int64_t(1) << 30},
       {"KILN_DIFF_CASES", KnobKind::Integer, "2000",
        "Test suite only: how many seeded random programs the lazy-vs-eager differential test runs "
        "(tests/python/test_lazy_differential.py); kiln itself does not read it.",

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kiln/cache.h"
+#include "kiln/lru.h"
 
 using namespace kiln;
 
@@ -84,4 +85,50 @@ TEST(MemoryCache, StaysBoundedAndKeepsEntriesInUseAlive) {
   bool hit = true;
   c.get_or_build(cache::make_key("held", ""), build, &hit);
   EXPECT_FALSE(hit);  // built again on the next miss
+}
+
+// Past its capacity the memory level drops the least recently used entry, not
+// everything: a kernel used on every step survives a stream of new ones.
+TEST(MemoryCache, PastItsCapacityTheLeastRecentlyUsedGoes) {
+  cache::MemoryCache c(3);
+  auto build = [] { return cache::Entry{}; };
+  auto key = [](int i) { return cache::make_key("k" + std::to_string(i), ""); };
+  bool hit = false;
+  for (int i = 0; i < 3; ++i) c.get_or_build(key(i), build);
+  c.get_or_build(key(0), build, &hit);  // k0 is now the most recently used
+  EXPECT_TRUE(hit);
+  c.get_or_build(key(3), build);  // drops k1, the least recently used
+  EXPECT_EQ(c.size(), 3u);
+  EXPECT_EQ(c.evictions(), 1u);
+  for (int i : {0, 2, 3}) {
+    c.get_or_build(key(i), build, &hit);
+    EXPECT_TRUE(hit) << i;
+  }
+  c.get_or_build(key(1), build, &hit);
+  EXPECT_FALSE(hit);
+  EXPECT_EQ(c.evictions(), 2u);  // k1 came back in place of k0, the least recently used by then
+  for (int hot = 0, fresh = 100; fresh < 200; ++fresh) {  // a hot key among ever new ones
+    c.get_or_build(key(hot), build, &hit);
+    c.get_or_build(key(fresh), build);
+  }
+  c.get_or_build(key(0), build, &hit);
+  EXPECT_TRUE(hit);
+}
+
+TEST(LruMap, FindRefreshesAndInsertReplaces) {
+  cache::LruMap<int> m(2);
+  const cache::Key a = cache::make_key("a", ""), b = cache::make_key("b", ""), c = cache::make_key("c", "");
+  m.insert(a, 1);
+  m.insert(b, 2);
+  ASSERT_NE(m.find(a), nullptr);
+  m.insert(c, 3);  // b was the least recently used
+  EXPECT_EQ(m.find(b), nullptr);
+  EXPECT_EQ(*m.find(a), 1);
+  m.insert(a, 10);  // replaced in place: nothing evicted
+  EXPECT_EQ(*m.find(a), 10);
+  EXPECT_EQ(m.size(), 2u);
+  EXPECT_EQ(m.evictions(), 1u);
+  EXPECT_TRUE(m.erase(a));
+  EXPECT_FALSE(m.erase(a));
+  EXPECT_EQ(m.size(), 1u);
 }

@@ -54,6 +54,7 @@ const std::vector<KnobCase>& every_knob() {
       {"KILN_CACHE", "0", [](Settings& s) { s.cache = false; }},
       {"KILN_CACHE_DIR", "/tmp/kiln cache", [](Settings& s) { s.cache_dir = "/tmp/kiln cache"; }},
       {"KILN_CACHE_READONLY", "1", [](Settings& s) { s.cache_read_only = true; }},
+      {"KILN_CACHE_MAX_MB", "3", [](Settings& s) { s.cache_max_mb = 3; }},
       {"KILN_DIFF_CASES", "5", [](Settings&) {}},  // the test suite's: kiln keeps nothing
   };
   return cases;
@@ -189,6 +190,10 @@ TEST(Knobs, InvalidDeviceMemory) {
   for (const char* v : {"0", "abc", "-5", "AUTO", "", "1073741825"}) {
     expect_knob_error("KILN_DEVICE_MEMORY_MB", v);
   }
+}
+
+TEST(Knobs, InvalidCacheMaxMb) {
+  for (const char* v : {"0", "-1", "abc", "1.5", "", "1073741825"}) expect_knob_error("KILN_CACHE_MAX_MB", v);
 }
 
 TEST(Knobs, InvalidDeviceName) {

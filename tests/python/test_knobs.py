@@ -23,6 +23,10 @@ BAD_VALUES = [
     ("KILN_DEVICE_NAME", "cuda"),
     ("KILN_STREAM_MIN_MB", "-1"),
     ("KILN_STREAM_MIN_MB", "8MB"),
+    ("KILN_CACHE_MAX_MB", "0"),
+    ("KILN_CACHE_MAX_MB", "2GB"),
+    ("KILN_CACHE", "maybe"),
+    ("KILN_CACHE_READONLY", "2"),
 ]
 
 

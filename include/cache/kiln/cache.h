@@ -13,9 +13,13 @@
 #include <mutex>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 
 #include "kiln/runtime.h"
+
+namespace kiln::cache {
+template <typename Value>
+class LruMap;
+}  // namespace kiln::cache
 
 namespace kiln::cache {
 
@@ -43,21 +47,27 @@ class MemoryCache {
   // Each loaded kernel holds a few memory mappings of its own (its code and
   // data pages), and Linux gives a process 65,530 (vm.max_map_count): a
   // process that kept every kernel of ever new programs ran out after about
-  // 20,000 (mmap fails, then loading a kernel does). When full, the cache
-  // starts over; entries in use stay alive with their holders (shared_ptr).
+  // 20,000 (mmap fails, then loading a kernel does). Past the capacity the
+  // least recently used executable is dropped; its code is unloaded when its
+  // last holder (a plan that uses it, a queued launch) lets it go.
   static constexpr size_t kCapacity = 4096;
+
+  explicit MemoryCache(size_t capacity = kCapacity);
+  ~MemoryCache();
 
   // The entry for `key`, built by `build` on a miss. Concurrent callers for a
   // key being built wait for it instead of compiling it again; if `build`
   // throws, the error reaches every waiter and the key stays absent.
   std::shared_ptr<const Entry> get_or_build(const Key& key, const std::function<Entry()>& build, bool* hit = nullptr);
   size_t size() const;
+  // Executables dropped to stay within the capacity, since the start.
+  uint64_t evictions() const;
   void clear();
 
  private:
   struct Slot;
   mutable std::mutex mu_;
-  std::unordered_map<Key, std::shared_ptr<Slot>, KeyHash> slots_;
+  std::unique_ptr<LruMap<std::shared_ptr<Slot>>> slots_;
 };
 
 }  // namespace kiln::cache

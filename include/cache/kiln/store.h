@@ -28,6 +28,7 @@ namespace kiln::cache {
 struct StoreOptions {
   std::string dir;         // created 0700 if missing; see cache_directory.h for what is refused
   bool read_only = false;  // KILN_CACHE_READONLY: serve what is there, never write
+  uint64_t max_bytes = 0;  // KILN_CACHE_MAX_MB: entries' bytes past which the least recently used go; 0: no cap
 };
 
 enum class Lookup {
@@ -67,6 +68,11 @@ class Store {
   StoreLookupResult get(const Key& key, std::string_view fingerprint);
   // Queues an entry for the background writer; no-op in read-only mode.
   void put(const Key& key, std::string_view fingerprint, std::string object, double compile_ms);
+  // A use of an entry this process already holds in memory: it becomes the
+  // most recently used in the store's LRU order (a queued touch, at most
+  // once a second per key; get's hits and put count as uses too). No-op in
+  // read-only mode.
+  void touch(const Key& key);
   // Queues the deletion of a key whose object failed to load.
   void discard(const Key& key);
   // Waits until every queued write is in the database or `timeout` passed;
@@ -83,6 +89,12 @@ class Store {
   std::string take_warning();
 
   const std::string& dir() const;
+  // What this process's writer did, since the store opened.
+  struct Counters {
+    uint64_t evicted = 0;       // entries evicted to stay within max_bytes
+    uint64_t lock_wait_us = 0;  // time spent waiting for other processes' batches (the LOCK)
+  };
+  Counters counters() const;
 
   struct Impl;
 

@@ -32,6 +32,7 @@ struct Options {
   // compiled kernels live in memory only (the default without the knobs).
   std::string cache_dir;
   bool cache_read_only = false;  // KILN_CACHE_READONLY
+  uint64_t cache_max_bytes = 0;  // KILN_CACHE_MAX_MB; 0: no cap
 };
 
 // The options the knobs ask for (KILN_FUSION_MAX_OPS, KILN_STREAM_MIN_MB,
@@ -78,6 +79,12 @@ void wait_for_compiler_warm_up();
 // The process's compiled executables in memory; behind them, the persistent
 // store (cache_dir).
 cache::MemoryCache& executable_cache();
+
+// Adds to the metrics what the caches did since the last call and that no
+// flush counts as it happens: executables and plans evicted from memory, and
+// the store's background writer's evictions and its waits for other
+// processes. Called before the metrics are read.
+void publish_cache_counters();
 
 // Warnings for the user since the last call (a refused cache directory, a
 // cache that could not be written, a corrupt entry), each text once per

@@ -87,6 +87,7 @@ struct Settings {
   bool cache;             // KILN_CACHE: keep compiled kernels in the persistent store
   std::string cache_dir;  // KILN_CACHE_DIR, resolved ("" when no default can be found)
   bool cache_read_only;   // KILN_CACHE_READONLY
+  int64_t cache_max_mb;   // KILN_CACHE_MAX_MB
 
   bool log_enabled(std::string_view channel) const { return channel_in(log, channel); }
   bool operator==(const Settings&) const = default;  // tests compare whole settings

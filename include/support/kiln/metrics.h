@@ -29,13 +29,15 @@ enum class Counter {
   Regions,             // fused regions, by size bucket ("1 op", "2-3 ops", ...): a histogram
   KernelsCompiled,     // kernels compiled by LLVM, by kind (pointwise, row)
   CompileTime,         // compiling thread's CPU time in microseconds: total_us, max_us; max_wall_us; warm_up_us
-  ExecutableCache,     // executables a flush needed: hit (also every kernel of a reused plan), miss
-  PlanCache,           // flush plans: hit (reused for a trace of the same structure), miss
+  ExecutableCache,     // executables a flush needed: hit (also every kernel of a reused plan), miss, evicted
+  PlanCache,           // flush plans: hit (reused for a trace of the same structure), miss, evicted
   ExecutableLaunches,  // compiled kernels launched, by kind
   BytesNotWritten,     // bytes fusion did not store (dead intermediates)
   BytesReused,         // bytes of outputs given memory only a pending trace still held
-  ExecutableStore,     // persistent-cache lookups of kernels not in memory: hit, miss, corrupt, load failed
-  StoreTime,           // persistent cache, microseconds: load_us (hits' get and load), compile_saved_us
+  ExecutableStore,     // persistent-cache lookups of kernels not in memory: hit, miss, corrupt, load failed;
+                       // evicted (by this process's writer, past KILN_CACHE_MAX_MB)
+  StoreTime,           // persistent cache, microseconds: load_us (hits' get and load), compile_saved_us,
+                       // lock_wait_us (the writer waiting for other processes' batches)
 };
 
 struct TimeBreakdown;

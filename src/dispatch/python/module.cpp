@@ -108,11 +108,18 @@ PYBIND11_MODULE(_C, m) {
     for (const engine::CompileTime& t : engine::compile_times()) out.emplace_back(t.cpu_ms, t.wall_ms);
     return out;
   });
-  m.def("metrics_report", [] { return Metrics::global().report(runtime::time_breakdown()); });
-  m.def("metrics_counters", [] { return Metrics::global().snapshot(); });
+  m.def("metrics_report", [] {
+    engine::publish_cache_counters();
+    return Metrics::global().report(runtime::time_breakdown());
+  });
+  m.def("metrics_counters", [] {
+    engine::publish_cache_counters();
+    return Metrics::global().snapshot();
+  });
   m.def("metrics_breakdown", &time_breakdown_dict);
   m.def("metrics_mark_main_thread", [] { Timers::global().mark_main_thread(); });
   m.def("metrics_reset", [] {
+    engine::publish_cache_counters();  // so that what happened before is not counted after
     Metrics::global().reset();
     runtime::reset_time_breakdown();
   });

@@ -1,0 +1,332 @@
+// The store's write side (see store_writer.h).
+#include "store_writer.h"
+
+#include <rocksdb/env.h>
+#include <rocksdb/options.h>
+#include <rocksdb/utilities/write_batch_with_index.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <thread>
+
+#include "kiln/entry_format.h"
+
+namespace kiln::cache::detail {
+namespace {
+
+// RocksDB's info LOG files would pile up in the cache directory (and a
+// secondary needs a writable directory of its own for them): kiln logs what
+// matters through KILN_LOG=cache instead.
+class SilentLogger final : public rocksdb::Logger {
+ public:
+  using rocksdb::Logger::Logv;
+  void Logv(const char*, va_list) override {}
+};
+
+constexpr const char* kLru = "lru";
+constexpr const char* kMeta = "meta";
+constexpr const char* kTotalKey = "total";  // in "meta"; entry keys are 16 bytes, so it never collides
+constexpr size_t kEntryKeyBytes = 16;
+
+std::string u64_pair(uint64_t a, uint64_t b) {
+  std::string s(16, '\0');
+  std::memcpy(s.data(), &a, 8);
+  std::memcpy(s.data() + 8, &b, 8);
+  return s;
+}
+
+bool read_u64_pair(const std::string& s, uint64_t& a, uint64_t& b) {
+  if (s.size() != 16) return false;
+  std::memcpy(&a, s.data(), 8);
+  std::memcpy(&b, s.data() + 8, 8);
+  return true;
+}
+
+// Big-endian, so that RocksDB's byte order is the ticks' order.
+std::string lru_key(uint64_t tick, const std::string& key) {
+  std::string s(8, '\0');
+  for (int i = 0; i < 8; ++i) s[i] = static_cast<char>(tick >> (56 - 8 * i));
+  return s + key;
+}
+
+uint64_t tick_of(const rocksdb::Slice& lru) {
+  uint64_t t = 0;
+  for (int i = 0; i < 8; ++i) t = (t << 8) | static_cast<uint8_t>(lru[i]);
+  return t;
+}
+
+// Microseconds since the epoch, strictly increasing within this process:
+// processes on one host share the clock, so ticks order uses across them.
+uint64_t next_tick() {
+  static std::atomic<uint64_t> last{0};
+  const auto now = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
+  uint64_t prev = last.load();
+  uint64_t t;
+  do {
+    t = std::max(now, prev + 1);
+  } while (!last.compare_exchange_weak(prev, t));
+  return t;
+}
+
+std::vector<rocksdb::ColumnFamilyDescriptor> families() {
+  rocksdb::ColumnFamilyOptions cf(base_options());
+  return {{rocksdb::kDefaultColumnFamilyName, cf}, {kLru, cf}, {kMeta, cf}};
+}
+
+// One read-write hold of the database, with its accounting.
+class Session {
+ public:
+  ~Session() { close(); }
+
+  rocksdb::Status open(const std::string& path, const std::function<bool(int)>& give_up) {
+    std::minstd_rand jitter(static_cast<unsigned>(::getpid()));
+    rocksdb::Options o = base_options();
+    o.create_if_missing = true;
+    o.create_missing_column_families = true;  // a store of format 1 had the entries only
+    for (int attempt = 0;; ++attempt) {
+      rocksdb::Status s = rocksdb::DB::Open(o, path, families(), &cf_, &db_);
+      if (s.ok()) return load_totals();
+      // Another process holds the LOCK for its batch: wait for it.
+      if (!(s.IsIOError() && s.ToString().find("lock") != std::string::npos) || give_up(attempt)) return s;
+      const auto start = std::chrono::steady_clock::now();
+      std::this_thread::sleep_for(std::chrono::milliseconds(5 + jitter() % 15));
+      lock_wait_us_ += static_cast<uint64_t>(
+          std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count());
+    }
+  }
+
+  // Time open() slept while other processes held the database.
+  uint64_t lock_wait_us() const { return lock_wait_us_; }
+
+  // Applies one change at `tick`.
+  void apply(const Pending& p, uint64_t tick) {
+    uint64_t old_tick = 0, old_bytes = 0;
+    const bool had = meta_of(p.key, old_tick, old_bytes);
+    if (had && (p.change != Change::Touch || old_tick < tick)) forget(p.key, old_tick, old_bytes);
+    switch (p.change) {
+      case Change::Put:
+        batch_.Put(cf_[0], p.key, p.value);
+        remember(p.key, tick, p.value.size());
+        break;
+      case Change::Delete: batch_.Delete(cf_[0], p.key); break;
+      case Change::Touch:
+        if (had && old_tick < tick) remember(p.key, tick, old_bytes);
+        break;
+    }
+  }
+
+  // Evicts least recently used entries until the entries fit `max_bytes`.
+  uint64_t evict(uint64_t max_bytes) {
+    uint64_t evicted = 0;
+    while (max_bytes > 0 && total_bytes_ > max_bytes) {
+      std::vector<std::string> oldest;  // read first: the batch is not changed under its iterator
+      {
+        std::unique_ptr<rocksdb::Iterator> it(
+            batch_.NewIteratorWithBase(cf_[1], db_->NewIterator(rocksdb::ReadOptions(), cf_[1])));
+        for (it->SeekToFirst(); it->Valid() && oldest.size() < 64; it->Next()) oldest.push_back(it->key().ToString());
+      }
+      if (oldest.empty()) break;
+      for (const std::string& record : oldest) {
+        if (total_bytes_ <= max_bytes) break;
+        const std::string key = record.substr(8);
+        uint64_t tick = 0, bytes = 0;
+        if (meta_of(key, tick, bytes) && tick == tick_of(record)) {
+          forget(key, tick, bytes);
+          batch_.Delete(cf_[0], key);
+          ++evicted;
+        } else {
+          // A record whose entry has another tick or none: every batch
+          // deletes an entry's old record with it, so this is defensive; it
+          // keeps the walk from meeting the same record twice.
+          batch_.Delete(cf_[1], record);
+        }
+      }
+    }
+    return evicted;
+  }
+
+  rocksdb::Status write() {
+    batch_.Put(cf_[2], kTotalKey, u64_pair(total_bytes_, count_));
+    rocksdb::WriteOptions wo;
+    wo.sync = true;  // an entry a reader was told about survives a power loss too
+    rocksdb::Status s = db_->Write(wo, batch_.GetWriteBatch());
+    batch_.Clear();
+    return s;
+  }
+
+  rocksdb::Status close() {
+    if (!db_) return rocksdb::Status::OK();
+    for (rocksdb::ColumnFamilyHandle* h : cf_) db_->DestroyColumnFamilyHandle(h);
+    cf_.clear();
+    rocksdb::Status s = db_->Close();
+    delete db_;
+    db_ = nullptr;
+    return s;
+  }
+
+ private:
+  bool meta_of(const std::string& key, uint64_t& tick, uint64_t& bytes) {
+    std::string v;
+    return batch_.GetFromBatchAndDB(db_, rocksdb::ReadOptions(), cf_[2], key, &v).ok() && read_u64_pair(v, tick, bytes);
+  }
+  void forget(const std::string& key, uint64_t tick, uint64_t bytes) {
+    batch_.Delete(cf_[1], lru_key(tick, key));
+    batch_.Delete(cf_[2], key);
+    total_bytes_ -= std::min(total_bytes_, bytes);
+    count_ -= count_ > 0;
+  }
+  void remember(const std::string& key, uint64_t tick, uint64_t bytes) {
+    batch_.Put(cf_[2], key, u64_pair(tick, bytes));
+    batch_.Put(cf_[1], lru_key(tick, key), "");
+    total_bytes_ += bytes;
+    ++count_;
+  }
+
+  // The totals, or, for a store that has none (format 1, or rebuilt), the
+  // accounting built once from its entries.
+  rocksdb::Status load_totals() {
+    std::string v;
+    rocksdb::Status s = db_->Get(rocksdb::ReadOptions(), cf_[2], kTotalKey, &v);
+    if (s.ok() && read_u64_pair(v, total_bytes_, count_)) return s;
+    if (!s.ok() && !s.IsNotFound()) return s;
+    std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(rocksdb::ReadOptions(), cf_[0]));
+    for (it->SeekToFirst(); it->Valid(); it->Next()) {
+      const std::string key = it->key().ToString();
+      StoredEntry e;
+      if (key.size() != kEntryKeyBytes ||
+          !decode_entry(std::string_view(it->value().data(), it->value().size()), e).empty()) {
+        batch_.Delete(cf_[0], key);
+        continue;
+      }
+      remember(key, static_cast<uint64_t>(e.written_unix_s) * 1000000, it->value().size());
+    }
+    if (!it->status().ok()) return it->status();
+    return write();
+  }
+
+  rocksdb::DB* db_ = nullptr;
+  std::vector<rocksdb::ColumnFamilyHandle*> cf_;  // default, lru, meta
+  rocksdb::WriteBatchWithIndex batch_{rocksdb::BytewiseComparator(), 0, /*overwrite_key=*/true};
+  uint64_t total_bytes_ = 0, count_ = 0;
+  uint64_t lock_wait_us_ = 0;
+};
+
+}  // namespace
+
+rocksdb::Options base_options() {
+  rocksdb::Options o;
+  o.info_log = std::make_shared<SilentLogger>();
+  o.compression = rocksdb::kLZ4Compression;  // objects are mostly zeros and relocations: ~2-3x
+  o.max_open_files = -1;                     // a secondary must keep every file open
+  o.keep_log_file_num = 1;
+  // A compaction that meets a damaged table would otherwise be retried every
+  // second, and closing the database waits for the retry: the damage is
+  // handled by rebuilding instead (rebuild_damaged).
+  o.max_bgerror_resume_count = 0;
+  return o;
+}
+
+BatchOutcome write_batch(const std::string& db_path, const std::vector<Pending>& batch, uint64_t max_bytes,
+                         const std::function<bool(int)>& give_up) {
+  BatchOutcome out;
+  Session session;
+  rocksdb::Status s = session.open(db_path, give_up);
+  if (s.ok()) {
+    const uint64_t tick = next_tick();  // one tick per batch: its entries were used together
+    for (const Pending& p : batch) session.apply(p, tick);
+    out.evicted = session.evict(max_bytes);
+    s = session.write();
+  }
+  const rocksdb::Status closed = session.close();
+  if (s.ok()) s = closed;
+  if (!s.ok()) out = {s.ToString(), 0};
+  out.lock_wait_us = session.lock_wait_us();
+  return out;
+}
+
+std::string rebuild_damaged(const std::string& db_path, const std::function<bool(int)>& give_up) {
+  const std::string aside = db_path + ".damaged-" + std::to_string(::getpid());
+  std::error_code ec;
+  std::filesystem::remove_all(aside, ec);
+  std::filesystem::rename(db_path, aside, ec);
+  if (ec) return "moving it aside to rebuild it failed (" + ec.message() + ")";
+  ::mkdir(db_path.c_str(), 0700);
+
+  // Read what is left, keyed by the small "meta" family when it reads (it
+  // lists every entry, so one damaged block of entries loses only those),
+  // else in the entries' order up to the first damaged block.
+  uint64_t kept = 0, lost = 0;
+  bool cut_short = false;  // read in key order and stopped at a damaged block
+  std::vector<std::string> names;
+  rocksdb::DB* old = nullptr;
+  std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::Options o = base_options();
+  if (rocksdb::DB::ListColumnFamilies(o, aside, &names).ok()) {
+    std::vector<rocksdb::ColumnFamilyDescriptor> want;
+    for (const std::string& n : names) want.push_back({n, rocksdb::ColumnFamilyOptions(o)});
+    if (!rocksdb::DB::OpenForReadOnly(o, aside, want, &handles, &old).ok()) old = nullptr;
+  }
+  std::string result;
+  if (old) {
+    rocksdb::ColumnFamilyHandle* entries = handles[0];
+    rocksdb::ColumnFamilyHandle* meta = nullptr;
+    for (size_t i = 0; i < names.size(); ++i)
+      if (names[i] == kMeta) meta = handles[i];
+    std::vector<std::string> keys;
+    if (meta) {
+      std::unique_ptr<rocksdb::Iterator> it(old->NewIterator(rocksdb::ReadOptions(), meta));
+      for (it->SeekToFirst(); it->Valid(); it->Next())
+        if (it->key().size() == kEntryKeyBytes) keys.push_back(it->key().ToString());
+      if (!it->status().ok()) keys.clear();
+    }
+    // Written in slices as they are read, so that a large store is never
+    // held in memory.
+    std::vector<Pending> slice;
+    auto write_slice = [&] {
+      if (result.empty() && !slice.empty()) result = write_batch(db_path, slice, 0, give_up).failure;
+      slice.clear();
+    };
+    auto take = [&](const std::string& key, std::string value) {
+      StoredEntry e;
+      if (!decode_entry(value, e).empty()) {
+        ++lost;
+        return;
+      }
+      slice.push_back({Change::Put, key, std::move(value)});
+      ++kept;
+      if (slice.size() == 64) write_slice();
+    };
+    if (!keys.empty()) {
+      for (const std::string& key : keys) {
+        std::string value;
+        if (old->Get(rocksdb::ReadOptions(), entries, key, &value).ok()) {
+          take(key, std::move(value));
+        } else {
+          ++lost;
+        }
+      }
+    } else {
+      std::unique_ptr<rocksdb::Iterator> it(old->NewIterator(rocksdb::ReadOptions(), entries));
+      for (it->SeekToFirst(); it->Valid(); it->Next())
+        if (it->key().size() == kEntryKeyBytes) take(it->key().ToString(), it->value().ToString());
+      cut_short = !it->status().ok();
+    }
+    write_slice();
+    for (rocksdb::ColumnFamilyHandle* h : handles) old->DestroyColumnFamilyHandle(h);
+    delete old;
+    if (!result.empty()) result = "; writing them back failed (" + result + ")";
+  }
+  std::filesystem::remove_all(aside, ec);
+  if (!old) return "nothing of it could be read back, and a new one was started";
+  return "it was rebuilt with the " + std::to_string(kept) + " entries that read back whole (" + std::to_string(lost) +
+         (cut_short ? " lost, and those past the first damaged block," : " lost,") + " to be compiled again)" + result;
+}
+
+}  // namespace kiln::cache::detail

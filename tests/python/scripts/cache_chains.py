@@ -1,0 +1,26 @@
+"""Many distinct kernels for the persistent-cache tests: for each length
+FIRST..N, a chain of that many sin(1.5 * z + 0.25) steps on the neuron device (a
+longer chain is another kernel, and a larger one). Prints one JSON line: the
+results' sum and kiln's cache counters."""
+
+import argparse
+import json
+
+import torch
+
+import kiln
+
+parser = argparse.ArgumentParser()
+parser.add_argument("lengths", type=int)
+parser.add_argument("--first", type=int, default=1)
+args = parser.parse_args()
+
+x = torch.linspace(-1, 1, 64, device=kiln.DEVICE_NAME)
+total = 0.0
+for length in range(args.first, args.lengths + 1):
+    z = x
+    for _ in range(length):
+        z = torch.sin(z * 1.5 + 0.25)
+    total += z.sum().item()
+c = kiln.metrics.counters()
+print(json.dumps({"total": total, "compiled": sum(c["kernels_compiled"].values()), "store": c["executable_store"]}))
