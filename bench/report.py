@@ -178,6 +178,39 @@ def e2e_section(data, summary):
     return lines + skipped_section(data)
 
 
+def warm_start_section(data, summary):
+    """Cold and warm first steps beside eager CPU's, for the workloads measured warm."""
+    rows = []
+    for w in data["workloads"]:
+        cs, ratios = summary[w["name"]]["contenders"], summary[w["name"]]["ratios"]
+        if not cs.get("kiln_lazy_warm"):
+            continue
+        cells = [cs.get(k) and cs[k]["first_s"] for k in ("cpu_eager", "kiln_lazy", "kiln_lazy_warm")]
+        steady = cs.get("kiln_lazy") and cs["kiln_lazy"]["time_s"]
+        rows.append(
+            f"| {w['name']} | "
+            + " | ".join(ms_range(c) for c in cells)
+            + f" | {ms_range(steady)} | {ratio_range(ratios.get('warm_first_vs_cpu_eager_first'))}"
+            + f" | {ratio_range(ratios.get('cold_first_vs_cpu_eager_first'))} |"
+        )
+    if not rows:
+        return []
+    return [
+        "## Warm start",
+        "",
+        "First step in a fresh process, ms, median over rounds (min-max). kiln lazy starts on an empty",
+        "persistent store (cold); the warm contender starts on the store a priming kiln lazy process of",
+        "the same workload left (its kernels and first-sight verdicts). Ratios: eager CPU's first step over",
+        "kiln's, per round (>1x: kiln's first step is faster).",
+        "",
+        "| workload | eager CPU first | kiln cold first | kiln warm first | kiln steady step | warm vs CPU first |"
+        " cold vs CPU first |",
+        "|---|---|---|---|---|---|---|",
+        *rows,
+        "",
+    ]
+
+
 def skipped_section(data):
     """Contenders without numbers on a workload, and why (a contender that cannot run, or failed in every round)."""
     why = {}
@@ -455,6 +488,7 @@ def markdown(data, png_names, notes_path=NOTES):
     lines += method(data)
     lines += targets_section(data, notes_path)
     lines += e2e_section(data, summary)
+    lines += warm_start_section(data, summary)
     lines += memory_section(data, summary)
     lines += breakdown_section(data, summary)
     lines += machine_section(data)

@@ -39,12 +39,16 @@ def runs_of(workload, key):
     return workload["results"].get(key, {}).get("runs", [])
 
 
-# (name in the summary, numerator contender, denominator contender): >1 means the denominator is faster.
+# (name in the summary, numerator contender, denominator contender, the per-process field compared):
+# >1 means the denominator is faster.
 RATIOS = [
-    ("kiln_lazy_vs_cpu_eager", "cpu_eager", "kiln_lazy"),
-    ("kiln_eager_vs_cpu_eager", "cpu_eager", "kiln_eager"),
-    ("kiln_lazy_vs_cpu_compile", "cpu_compile", "kiln_lazy"),
-    ("kiln_lazy_vs_kiln_eager", "kiln_eager", "kiln_lazy"),
+    ("kiln_lazy_vs_cpu_eager", "cpu_eager", "kiln_lazy", "median_s"),
+    ("kiln_eager_vs_cpu_eager", "cpu_eager", "kiln_eager", "median_s"),
+    ("kiln_lazy_vs_cpu_compile", "cpu_compile", "kiln_lazy", "median_s"),
+    ("kiln_lazy_vs_kiln_eager", "kiln_eager", "kiln_lazy", "median_s"),
+    # First steps, each in a fresh process: eager CPU's over kiln lazy's on a warm store, and on an empty one.
+    ("warm_first_vs_cpu_eager_first", "cpu_eager", "kiln_lazy_warm", "first_s"),
+    ("cold_first_vs_cpu_eager_first", "cpu_eager", "kiln_lazy", "first_s"),
 ]
 
 
@@ -107,7 +111,7 @@ def summarize(data):
         for key, res in w["results"].items():
             if "runs" in res:
                 contenders[key] = contender_summary(res["runs"])
-        ratios = {name: ratio(runs_of(w, num), runs_of(w, den)) for name, num, den in RATIOS}
+        ratios = {name: ratio(runs_of(w, num), runs_of(w, den), field) for name, num, den, field in RATIOS}
         out[w["name"]] = {"contenders": contenders, "ratios": ratios}
     return out
 

@@ -30,17 +30,22 @@ def counters():
     - kernels_compiled: kernels compiled by LLVM, by kind (pointwise, row).
     - compile_time: microseconds, not counts: total_us and max_us (the compiling thread's CPU time),
       max_wall_us, warm_up_us (the CPU time of the compiler warm-up).
-    - executable_cache: executables a flush needed: hit (also every kernel of a reused plan), miss.
-    - plan_cache: flush plans: hit (a trace of a known structure), miss.
+    - executable_cache: executables a flush needed: hit (also every kernel of a reused plan), miss;
+      evicted (dropped from memory, least recently used first, past 4,096).
+    - plan_cache: flush plans: hit (a trace of a known structure), miss; evicted (past 512).
     - executable_launches: compiled kernels launched, by kind (pointwise, row).
     - bytes_not_written: bytes fusion did not store ("dead intermediates": outputs freed before the flush).
     - bytes_reused: bytes of outputs that took memory only a pending trace still held ("held by a trace":
       an input its owner freed after recording its last use; eager mode would have reused it too).
     - executable_store: lookups in the persistent cache (KILN_CACHE_DIR) of kernels this process had
       not in memory: hit, miss (a new kernel), corrupt (an entry that failed its checks: deleted and
-      recompiled), load failed (an intact entry whose object did not load: deleted and recompiled).
+      recompiled), load failed (an intact entry whose object did not load: deleted and recompiled);
+      evicted (entries this process's writer evicted to stay within KILN_CACHE_MAX_MB).
     - store_time: microseconds, not counts: load_us (store hits' lookups and loads), compile_saved_us
-      (what those kernels took to compile when they were stored).
+      (what those kernels took to compile when they were stored), lock_wait_us (the writer waiting
+      while other processes held the database).
+    - stored_verdicts: first-sight argument checks kept in KILN_CACHE_DIR across processes: loaded (at
+      the first query), used (a check this process skipped), learned (new here, saved at exit).
     """
     return _C.metrics_counters()
 

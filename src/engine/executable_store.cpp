@@ -9,6 +9,7 @@
 #include <mutex>
 #include <set>
 
+#include "engine/stored_verdicts.h"
 #include "kiln/log.h"
 
 namespace kiln::engine {
@@ -86,6 +87,7 @@ void close_store(int timeout_ms) {
     if (::getpid() != g_store_pid) return;  // a forked child: not its store
     s = std::move(g_store);
   }
+  save_verdicts();
   if (s) s->flush(std::chrono::milliseconds(timeout_ms));
 }
 

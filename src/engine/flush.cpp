@@ -12,6 +12,7 @@
 #include "engine/compiled_executable.h"
 #include "engine/executable_store.h"
 #include "engine/plan_cache.h"
+#include "engine/stored_verdicts.h"
 #include "kiln/engine.h"
 #include "kiln/log.h"
 #include "kiln/metrics.h"
@@ -149,6 +150,10 @@ void configure(const Options& options) {
   }
   g_options = options;
   open_store({options.cache_dir, options.cache_read_only, options.cache_max_bytes});
+  const std::string dir = store_dir();  // "" when refused: verdicts stay in memory too
+  open_verdicts(dir,
+                dir.empty() || options.verdict_identity.empty() ? "" : options.verdict_identity + ";" + fingerprint(),
+                options.cache_read_only);
 }
 
 const Options& options() { return g_options; }

@@ -36,6 +36,7 @@ const char* Metrics::counter_name(Counter counter) {
     case Counter::BytesReused: return "bytes_reused";
     case Counter::ExecutableStore: return "executable_store";
     case Counter::StoreTime: return "store_time";
+    case Counter::StoredVerdicts: return "stored_verdicts";
   }
   return "?";
 }

@@ -18,7 +18,8 @@ const Counter kAllCounters[] = {Counter::Launches,        Counter::TracedOps,   
                                 Counter::BytesCopied,     Counter::TraceFlushes,       Counter::Regions,
                                 Counter::KernelsCompiled, Counter::CompileTime,        Counter::ExecutableCache,
                                 Counter::PlanCache,       Counter::ExecutableLaunches, Counter::BytesNotWritten,
-                                Counter::BytesReused,     Counter::ExecutableStore,    Counter::StoreTime};
+                                Counter::BytesReused,     Counter::ExecutableStore,    Counter::StoreTime,
+                                Counter::StoredVerdicts};
 
 bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
@@ -43,10 +44,11 @@ TEST(Metrics, AddAndGet) {
 TEST(Metrics, CounterNamesAreDistinct) {
   std::vector<std::string> names;
   for (Counter c : kAllCounters) names.push_back(Metrics::counter_name(c));
-  EXPECT_EQ(names, (std::vector<std::string>{"launches", "traced_ops", "library_kernels", "fallbacks", "sync_points",
-                                             "errors", "bytes_copied", "trace_flushes", "regions", "kernels_compiled",
-                                             "compile_time", "executable_cache", "plan_cache", "executable_launches",
-                                             "bytes_not_written", "bytes_reused", "executable_store", "store_time"}));
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"launches", "traced_ops", "library_kernels", "fallbacks", "sync_points", "errors",
+                                      "bytes_copied", "trace_flushes", "regions", "kernels_compiled", "compile_time",
+                                      "executable_cache", "plan_cache", "executable_launches", "bytes_not_written",
+                                      "bytes_reused", "executable_store", "store_time", "stored_verdicts"}));
 }
 
 TEST(Metrics, SnapshotHasEveryCounter) {

@@ -122,7 +122,7 @@ def by_target(rows, start):
 
 def test_targets_met_not_met_and_not_measured():
     rows = targets.targets(made_up_run())
-    assert len(rows) == 14
+    assert len(rows) == 15
     gpt = by_target(rows, "gpt_train: kiln lazy vs eager CPU")
     assert gpt["met"] is True and gpt["measured"].startswith("1.35x (1.30-1.40, 2 rounds)")
     compiled = by_target(rows, "gpt_train: kiln lazy vs torch.compile")
@@ -235,3 +235,24 @@ def test_a_loaded_run_says_it_is_not_a_verdict():
     assert "not a verdict" not in "\n".join(report.targets_section(data, None))
     data["load_1min"] = {"median": 3.4, "min": 2.8, "max": 4.0}
     assert "not a verdict" in "\n".join(report.targets_section(data, None))
+
+
+def test_warm_start_is_planned_on_its_workloads_and_reported_against_eager_cpus_first_step():
+    settings = dict(run_bench.MODES["quick"])
+    pairs = run_bench.plan(settings, ["gpt_train", "mlp_train", "lstm_lm_train"])
+    warm = {n for _, n, c in pairs if c.warm_store}
+    assert warm == {"gpt_train", "lstm_lm_train"}
+    data = made_up_run()
+    gpt = data["workloads"][0]["results"]
+    for key, firsts in (("cpu_eager", (0.09, 0.10)), ("kiln_lazy", (0.30, 0.40)), ("kiln_lazy_warm", (0.10, 0.08))):
+        for run, first in zip(gpt[key]["runs"] if key in gpt else [], firsts):
+            run["first_s"] = first
+    gpt["kiln_lazy_warm"] = {
+        "runs": [{"round": 1, "median_s": 0.07, "first_s": 0.10}, {"round": 2, "median_s": 0.07, "first_s": 0.08}]
+    }
+    row = by_target(targets.targets(data), "gpt_train: first step on a warm store")
+    assert row["measured"].startswith("1.07x (0.90-1.25, 2 rounds)") and row["met"] is True  # 0.09/0.10, 0.10/0.08
+    text = "\n".join(report.warm_start_section(data, stats.summarize(data)))
+    assert "## Warm start" in text
+    assert "| gpt_train | 95.000 (90.000-100.000) | 350.000 (300.000-400.000) | 90.000 (80.000-100.000) |" in text
+    assert report.warm_start_section(made_up_run(), stats.summarize(made_up_run())) == []  # nothing measured warm

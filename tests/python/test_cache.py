@@ -157,6 +157,61 @@ def test_the_store_stays_within_its_cap_and_keeps_the_most_recent(tmp_path):
     assert oldest["compiled"] > 0 and "hit" not in oldest["store"], oldest  # the oldest were evicted
 
 
+def test_a_warm_start_skips_the_first_sight_checks(tmp_path):
+    """Argument cases an earlier run checked are not checked again: no host round trips at first sight."""
+    cold, _ = train(tmp_path / "c")
+    assert cold["verdicts"]["learned"] > 0 and "used" not in cold["verdicts"]
+    assert cold["first_calls"] > 0
+    (verdicts,) = (tmp_path / "c").glob("verdicts-*.bin")
+    assert stat.S_IMODE(verdicts.stat().st_mode) == 0o600
+    warm, _ = train(tmp_path / "c")
+    assert warm["verdicts"]["used"] > 0 and "learned" not in warm["verdicts"], warm["verdicts"]
+    assert warm["first_calls"] == 0
+    assert same_results(cold, warm)
+    off, _ = train(tmp_path / "off", env={"KILN_CACHE": "0"})
+    assert off["verdicts"] == {} and off["first_calls"] == cold["first_calls"]
+
+
+def test_a_warm_start_still_raises_eager_errors_at_the_op(tmp_path):
+    code = (
+        "import torch, kiln\n"
+        "a = torch.ones(3, device=kiln.DEVICE_NAME)\n"
+        "print((a + a).sum().item())\n"
+        "try:\n"
+        "    a + torch.ones(4, device=kiln.DEVICE_NAME)\n"
+        "except RuntimeError as e:\n"
+        "    print('raised at the op:', 'must match the size' in str(e))\n"
+    )
+    env = {"KILN_CACHE_DIR": str(tmp_path / "c"), "KILN_MODE": "lazy"}
+    for run in ("cold", "warm"):
+        r = run_python(code, env=env)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.split() == ["6.0", "raised", "at", "the", "op:", "True"], (run, r.stdout)
+
+
+def test_a_damaged_verdict_file_is_ignored_and_replaced(tmp_path):
+    cold, _ = train(tmp_path / "c")
+    (verdicts,) = (tmp_path / "c").glob("verdicts-*.bin")
+    data = bytearray(verdicts.read_bytes())
+    data[len(data) // 2] ^= 0x40
+    verdicts.write_bytes(bytes(data))
+    out, log = train(tmp_path / "c", env={"KILN_LOG": "cache"})
+    assert "ignored: a checksum mismatch" in log
+    assert same_results(cold, out)
+    assert "used" not in out["verdicts"] and out["first_calls"] == cold["first_calls"]  # nothing of it trusted
+    again, _ = train(tmp_path / "c")
+    assert again["verdicts"]["used"] > 0 and again["first_calls"] == 0  # rewritten whole at the exit
+
+
+def test_read_only_mode_uses_verdicts_and_never_writes_them(tmp_path):
+    train(tmp_path / "c")
+    (verdicts,) = (tmp_path / "c").glob("verdicts-*.bin")
+    before = verdicts.read_bytes()
+    out, _ = train(tmp_path / "c", "--variant", "2", env={"KILN_CACHE_READONLY": "1"})
+    assert out["verdicts"]["used"] > 0 and "learned" not in out["verdicts"]
+    assert verdicts.read_bytes() == before
+
+
 def test_cli_stats_list_verify_and_clear(tmp_path):
     cold, _ = train(tmp_path / "c")
     env = {"KILN_CACHE_DIR": str(tmp_path / "c")}

@@ -266,7 +266,9 @@ def test_a_repeated_step_reuses_its_plan_with_the_new_scalars():
         x = torch.randn(123).to(DEVICE)  # a shape no other test traces
         lr = 0.1 * (i + 1)
         torch.testing.assert_close(step(x, lr).cpu(), step(x.cpu(), lr))
-        assert kiln.metrics.counters()["plan_cache"] == ({"miss": 1} if i == 0 else {"hit": 1})
+        plans = kiln.metrics.counters()["plan_cache"]
+        plans.pop("evicted", None)  # the suite's process holds more plans than the cache keeps
+        assert plans == ({"miss": 1} if i == 0 else {"hit": 1})
 
 
 def test_untraceable_op_flushes_what_it_needs_first():

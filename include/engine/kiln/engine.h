@@ -33,6 +33,10 @@ struct Options {
   std::string cache_dir;
   bool cache_read_only = false;  // KILN_CACHE_READONLY
   uint64_t cache_max_bytes = 0;  // KILN_CACHE_MAX_MB; 0: no cap
+  // What the dispatch layer's first-sight verdicts depend on beyond the
+  // environment fingerprint (its build identity, the torch version); empty:
+  // verdicts are not kept across processes.
+  std::string verdict_identity;
 };
 
 // The options the knobs ask for (KILN_FUSION_MAX_OPS, KILN_STREAM_MIN_MB,
@@ -85,6 +89,17 @@ cache::MemoryCache& executable_cache();
 // the store's background writer's evictions and its waits for other
 // processes. Called before the metrics are read.
 void publish_cache_counters();
+
+// First-sight verdicts kept across processes. The dispatch layer checks each
+// new argument case of an op once (eager's argument errors at the op, the
+// meta kernel's geometry against the CPU kernel's), which a warm start would
+// otherwise repeat for every op of its first step. A case whose check passed
+// is remembered in the store's directory (verdicts-<identity>.bin, keyed by
+// Options::verdict_identity and the environment fingerprint) and skipped by
+// later processes. `op` is a stable hash of the op's name, `signature` its
+// argument case. Off (false; nothing kept) without a store.
+bool verdict_is_stored(uint64_t op, uint64_t signature);
+void store_verdict(uint64_t op, uint64_t signature);
 
 // Warnings for the user since the last call (a refused cache directory, a
 // cache that could not be written, a corrupt entry), each text once per

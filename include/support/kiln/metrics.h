@@ -38,6 +38,8 @@ enum class Counter {
                        // evicted (by this process's writer, past KILN_CACHE_MAX_MB)
   StoreTime,           // persistent cache, microseconds: load_us (hits' get and load), compile_saved_us,
                        // lock_wait_us (the writer waiting for other processes' batches)
+  StoredVerdicts,      // first-sight argument checks kept in the cache directory: loaded (at the first
+                       // query), used (a check skipped), learned (new here, saved at exit)
 };
 
 struct TimeBreakdown;
@@ -62,7 +64,7 @@ class Metrics {
  private:
   void write_counters(std::ostream& os) const;
   using Table = std::map<std::string, int64_t, std::less<>>;
-  static constexpr int kCounters = 18;
+  static constexpr int kCounters = static_cast<int>(Counter::StoredVerdicts) + 1;
   mutable std::mutex mu_;
   Table tables_[kCounters];
 };

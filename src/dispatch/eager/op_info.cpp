@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "dispatch/eager/tensor_alias.h"
+#include "kiln/engine.h"
 #include "kiln/trace.h"
 
 namespace kiln::dispatch {
@@ -138,6 +139,8 @@ std::unique_ptr<OpInfo> make_op_info(const c10::OperatorHandle& op) {
   OpInfo& info = *owned;
   info.name = schema.name() + (schema.overload_name().empty() ? "" : "." + schema.overload_name());
   info.trace_name = trace::intern_op_name(info.name);
+  info.name_hash = 1469598103934665603ull;
+  for (unsigned char c : info.name) info.name_hash = (info.name_hash ^ c) * 1099511628211ull;
   info.lowering = find_lowering(info.name);
   const auto& args = schema.arguments();
   for (const auto& a : args) {
@@ -217,6 +220,28 @@ struct SeenInfos {
 };
 
 }  // namespace
+
+OpInfo::Verdict OpInfo::verdict(uint64_t signature) const {
+  {
+    std::lock_guard<std::mutex> lock(verdict_mu);
+    auto it = verdicts.find(signature);
+    if (it != verdicts.end()) return it->second;
+  }
+  if (!engine::verdict_is_stored(name_hash, signature)) return Verdict::Unknown;
+  std::lock_guard<std::mutex> lock(verdict_mu);  // an earlier process's check agreed
+  if (verdicts.size() >= kMaxVerdicts) verdicts.clear();
+  verdicts[signature] = Verdict::Agrees;
+  return Verdict::Agrees;
+}
+
+void OpInfo::set_verdict(uint64_t signature, Verdict v) const {
+  {
+    std::lock_guard<std::mutex> lock(verdict_mu);
+    if (verdicts.size() >= kMaxVerdicts) verdicts.clear();
+    verdicts[signature] = v;
+  }
+  if (v == Verdict::Agrees) engine::store_verdict(name_hash, signature);
+}
 
 const OpInfo& op_info_for(const c10::OperatorHandle& op) {
   static auto* listening = new c10::RegistrationHandleRAII(

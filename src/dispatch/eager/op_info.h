@@ -51,18 +51,14 @@ struct OpInfo {
   // at the op, and its result is checked against the meta kernel's, which
   // occasionally disagrees (another dtype or strides for an output). Later
   // calls are launched or traced only if they agreed.
+  // A case that agreed is also kept in the cache directory, for later
+  // processes (engine::verdict_is_stored): a warm start checks only what
+  // no process checked before.
   enum class Verdict { Unknown, Agrees, Disagrees };
   static constexpr size_t kMaxVerdicts = 4096;  // cleared when full: the next calls check again
-  Verdict verdict(uint64_t signature) const {
-    std::lock_guard<std::mutex> lock(verdict_mu);
-    auto it = verdicts.find(signature);
-    return it == verdicts.end() ? Verdict::Unknown : it->second;
-  }
-  void set_verdict(uint64_t signature, Verdict v) const {
-    std::lock_guard<std::mutex> lock(verdict_mu);
-    if (verdicts.size() >= kMaxVerdicts) verdicts.clear();
-    verdicts[signature] = v;
-  }
+  Verdict verdict(uint64_t signature) const;
+  void set_verdict(uint64_t signature, Verdict v) const;
+  uint64_t name_hash = 0;  // FNV-1a of `name`: the same in every process
   mutable std::mutex verdict_mu;
   mutable std::unordered_map<uint64_t, Verdict> verdicts;
 };

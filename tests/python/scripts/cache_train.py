@@ -51,6 +51,8 @@ print(
             "first": params[:8].tolist(),
             "compiled": sum(c["kernels_compiled"].values()),
             "store": c["executable_store"],
+            "verdicts": c["stored_verdicts"],
+            "first_calls": c["trace_flushes"].get("first call with these argument shapes", 0),
         }
     )
 )
