@@ -394,6 +394,8 @@ def launch_section(data, summary):
 
 
 def micro_throughput(b):
+    if "median_us" in b:  # BM_StoreHit: each hit timed on its own
+        return f"median {b['median_us']:.0f} µs per hit, 90th percentile {b['p90_us']:.0f} µs"
     if "cached_ms" in b:  # BM_StreamingStores: both variants, alternately
         return f"cached stores {b['cached_ms']:.2f} ms, streaming {b['streaming_ms']:.2f} ms: {b['speedup']:.2f}x"
     if "vscalef_us" in b:  # BM_ExpScaling: both variants, alternately

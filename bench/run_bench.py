@@ -222,6 +222,8 @@ def micro_benchmarks(binary, quick):
         "vscalef_us",
         "portable_us",
         "speedup",
+        "median_us",
+        "p90_us",
     )
     return {
         "context": data.get("context", {}),

@@ -361,30 +361,78 @@ std::string Store::take_warning() {
   return std::exchange(impl_->warning, "");
 }
 
-std::vector<StoreListing> Store::list(std::string_view fingerprint) {
-  std::vector<StoreListing> out;
-  std::lock_guard<std::mutex> lock(impl_->read_mu);
-  rocksdb::DB* db = impl_->reopen_reader();
-  if (!db) return out;
+// Calls `visit(raw key, value)` for every entry, as of now (the reader is
+// reopened first, so that what any writer wrote is seen).
+template <typename Visit>
+static void for_each_entry(Store::Impl& impl, Visit visit) {
+  std::lock_guard<std::mutex> lock(impl.read_mu);
+  rocksdb::DB* db = impl.reopen_reader();
+  if (!db) return;
   std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(rocksdb::ReadOptions()));
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    visit(std::string_view(it->key().data(), it->key().size()),
+          std::string_view(it->value().data(), it->value().size()));
+  }
+}
+
+// "" when `value` under the raw key `k` is intact and built for `fingerprint`.
+static std::string check_raw(std::string_view k, std::string_view value, std::string_view fingerprint, StoredEntry& e) {
+  if (k.size() != 16) return "a key of " + std::to_string(k.size()) + " bytes, not 16";
+  return check_entry(value, key_of(k), fingerprint, e);
+}
+
+std::vector<StoreListing> Store::list(std::string_view fingerprint) {
+  std::vector<StoreListing> out;
+  for_each_entry(*impl_, [&](std::string_view k, std::string_view v) {
     StoreListing l;
-    const rocksdb::Slice k = it->key(), v = it->value();
     l.bytes = v.size();
-    if (k.size() != 16) {
-      l.problem = "a key of " + std::to_string(k.size()) + " bytes, not 16";
-      out.push_back(std::move(l));
-      continue;
-    }
-    l.key = key_of(std::string_view(k.data(), k.size()));
+    if (k.size() == 16) l.key = key_of(k);
     StoredEntry e;
-    l.problem = check_entry(std::string_view(v.data(), v.size()), l.key, fingerprint, e);
+    l.problem = check_raw(k, v, fingerprint, e);
     l.written_unix_s = e.written_unix_s;
     l.compile_ms = e.compile_ms;
     out.push_back(std::move(l));
-  }
+  });
   return out;
 }
+
+Store::PruneResult Store::prune(std::string_view fingerprint) {
+  PruneResult r;
+  if (impl_->read_only) return r;
+  std::vector<std::string> doomed;  // queued after the walk: the reader's lock is not held while enqueuing
+  for_each_entry(*impl_, [&](std::string_view k, std::string_view v) {
+    StoredEntry e;
+    if (check_raw(k, v, fingerprint, e).empty()) {
+      ++r.kept;
+    } else {
+      doomed.emplace_back(k);  // the raw key: a malformed key goes too
+    }
+  });
+  for (std::string& k : doomed) impl_->enqueue({detail::Change::Delete, std::move(k), ""});
+  r.deleted = doomed.size();
+  return r;
+}
+
+std::vector<std::string> Store::encoded_entries(std::string_view fingerprint) {
+  std::vector<std::string> out;
+  for_each_entry(*impl_, [&](std::string_view k, std::string_view v) {
+    StoredEntry e;
+    if (check_raw(k, v, fingerprint, e).empty()) out.emplace_back(v);
+  });
+  return out;
+}
+
+std::string Store::put_encoded(std::string value) {
+  if (impl_->read_only) return "the store is read-only (KILN_CACHE_READONLY)";
+  StoredEntry e;
+  std::string problem = decode_entry(value, e);
+  if (!problem.empty()) return problem;
+  impl_->enqueue({detail::Change::Put, db_key(e.key), std::move(value)});
+  impl_->used_now(e.key);
+  return "";
+}
+
+bool Store::read_only() const { return impl_->read_only; }
 
 size_t Store::clear() {
   if (impl_->read_only) return 0;

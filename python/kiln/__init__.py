@@ -53,11 +53,18 @@ torch.utils.generate_methods_for_privateuse1_backend(
     for_tensor=True, for_module=True, for_packed_sequence=True, for_storage=True
 )
 
-# Queued kernels reach the persistent store, which closes before the
-# interpreter's (and RocksDB's) teardown. Registered first, so it runs last:
-# after the metrics report, and after the user's own handlers, whose work
-# may still compile kernels.
-atexit.register(_C.cache_close, 5000)
+
+def _close_cache():
+    """Queued kernels reach the persistent store, which closes before the
+    interpreter's (and RocksDB's) teardown; a store write that failed at this
+    last moment (a full disk) is still told."""
+    for message in _C.cache_close(5000):
+        warnings.warn(message, stacklevel=1)
+
+
+# Registered first, so it runs last: after the metrics report, and after the
+# user's own handlers, whose work may still compile kernels.
+atexit.register(_close_cache)
 
 if _C.metrics_at_exit():
     atexit.register(lambda: print(metrics.report(), file=sys.stderr))

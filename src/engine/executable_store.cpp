@@ -6,11 +6,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <ctime>
 #include <mutex>
 #include <set>
 
 #include "engine/stored_verdicts.h"
 #include "kiln/log.h"
+#include "kiln/run_log.h"
 
 namespace kiln::engine {
 namespace {
@@ -23,6 +25,23 @@ pid_t g_store_pid = 0;
 std::set<std::string> g_warned;
 std::vector<std::string> g_warnings;
 std::atomic<bool> g_may_have_warnings{false};
+std::atomic<uint64_t> g_run_hits{0}, g_run_misses{0}, g_run_compiles{0};
+
+// This process's line in runs.log. Not for a process that did nothing with
+// kernels (`python -m kiln cache stats` itself), and not in read-only mode,
+// which never writes the cache directory. A failure to append is ignored:
+// the log is statistics, and the store's own failures are warned about.
+void record_run(cache::Store& s) {
+  cache::RunRecord r;
+  r.hits = g_run_hits.load();
+  r.misses = g_run_misses.load();
+  r.compiles = g_run_compiles.load();
+  r.evicted = s.counters().evicted;
+  if (s.read_only() || r.hits + r.misses + r.compiles + r.evicted == 0) return;
+  r.unix_s = static_cast<int64_t>(std::time(nullptr));
+  r.pid = ::getpid();
+  cache::append_run(s.dir(), r);
+}
 
 void forget_store_in_child() {
   // Leaked on purpose: destroying it would join a writer thread that does
@@ -88,7 +107,20 @@ void close_store(int timeout_ms) {
     s = std::move(g_store);
   }
   save_verdicts();
-  if (s) s->flush(std::chrono::milliseconds(timeout_ms));
+  if (!s) return;
+  s->flush(std::chrono::milliseconds(timeout_ms));
+  // A write that failed during this last flush (a full disk) is still told:
+  // the caller shows take_warnings() after this.
+  if (const std::string w = s->take_warning(); !w.empty()) warn_once(w);
+  record_run(*s);
+}
+
+void count_run_event(RunEvent event) {
+  switch (event) {
+    case RunEvent::StoreHit: g_run_hits.fetch_add(1, std::memory_order_relaxed); break;
+    case RunEvent::StoreMiss: g_run_misses.fetch_add(1, std::memory_order_relaxed); break;
+    case RunEvent::Compile: g_run_compiles.fetch_add(1, std::memory_order_relaxed); break;
+  }
 }
 
 bool flush_store(int timeout_ms) {

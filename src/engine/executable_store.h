@@ -24,6 +24,11 @@ std::shared_ptr<cache::Store> store();
 // every executable key, and checked again in every stored entry.
 const std::string& fingerprint();
 
+// What this process did with its kernels, for its line in runs.log
+// (written at close_store; run_log.h).
+enum class RunEvent { StoreHit, StoreMiss, Compile };
+void count_run_event(RunEvent event);
+
 // Queues a warning for engine::take_warnings, once per distinct text.
 void warn_once(const std::string& message);
 

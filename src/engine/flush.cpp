@@ -68,11 +68,13 @@ std::optional<cache::Entry> load_stored(cache::Store& store, const cache::Key& k
   cache::StoreLookupResult found = store.get(key, fingerprint());
   if (found.outcome == cache::Lookup::Absent) {
     metrics.add(Counter::ExecutableStore, "miss");
+    count_run_event(RunEvent::StoreMiss);
     if (log_enabled("cache")) log("cache", name + ": miss (a new kernel)");
     return std::nullopt;
   }
   if (found.outcome == cache::Lookup::Corrupt) {
     metrics.add(Counter::ExecutableStore, "corrupt");
+    count_run_event(RunEvent::StoreMiss);
     warn_once("kiln: the executable cache in '" + store.dir() + "' held a corrupt entry (" + found.problem +
               "); it was deleted and its kernel is compiled again. `python -m kiln cache verify` checks the rest.");
     if (log_enabled("cache")) log("cache", name + ": miss (corrupt entry: " + found.problem + ")");
@@ -83,6 +85,7 @@ std::optional<cache::Entry> load_stored(cache::Store& store, const cache::Key& k
     e.executable = std::make_shared<CompiledExecutable>(name, codegen::load(found.object, name), pool());
   } catch (const std::exception& error) {
     metrics.add(Counter::ExecutableStore, "load failed");
+    count_run_event(RunEvent::StoreMiss);
     store.discard(key);
     warn_once("kiln: an entry of the executable cache in '" + store.dir() + "' did not load (" + error.what() +
               "); it was deleted and its kernel is compiled again.");
@@ -92,6 +95,7 @@ std::optional<cache::Entry> load_stored(cache::Store& store, const cache::Key& k
   e.compile_ms = found.compile_ms;
   const auto us = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start);
   metrics.add(Counter::ExecutableStore, "hit");
+  count_run_event(RunEvent::StoreHit);
   metrics.add(Counter::StoreTime, "load_us", us.count());
   metrics.add(Counter::StoreTime, "compile_saved_us", static_cast<int64_t>(found.compile_ms * 1000));
   if (log_enabled("cache")) log("cache", name + ": hit, loaded in " + std::to_string(us.count()) + " us");
@@ -110,6 +114,7 @@ cache::Entry build(const fusion::PlannedKernel& pk, const std::string& name, con
   if (want_ir) dump(name, pk.kernel, obj);
   const char* kind = pk.kernel.reduce_rank ? "row" : "pointwise";
   Metrics::global().add(Counter::KernelsCompiled, kind);
+  if (stored) count_run_event(RunEvent::Compile);
   const auto us = static_cast<int64_t>(obj.compile_ms * 1000);
   Metrics::global().add(Counter::CompileTime, "total_us", us);
   Metrics::global().raise_to(Counter::CompileTime, "max_us", us);

@@ -258,3 +258,139 @@ def test_eight_processes_share_one_empty_cache(tmp_path):
         again, _ = train(tmp_path / "c", "--variant", str(v))
         assert again["compiled"] == 0, (v, again)
         assert same_results(firsts[v - 1], again)
+
+
+def cli(cache_dir, *args, env=None):
+    """`python -m kiln ARGS` in a fresh process on `cache_dir`."""
+    full_env = {"KILN_CACHE_DIR": str(cache_dir)}
+    full_env.update(env or {})
+    return run_python(f"from kiln.__main__ import main; main({list(args)!r})", env=full_env)
+
+
+def stored_count(cache_dir):
+    r = cli(cache_dir, "cache", "stats")
+    assert r.returncode == 0, r.stderr
+    return int(r.stdout.split("entries: ")[1].split()[0])
+
+
+def test_export_then_import_into_an_empty_store_compiles_nothing(tmp_path):
+    cold, _ = train(tmp_path / "a")
+    exported = tmp_path / "kernels.kiln"
+    r = cli(tmp_path / "a", "cache", "export", str(exported))
+    assert r.returncode == 0, r.stderr
+    assert f"exported {cold['compiled']} entries" in r.stdout
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".kiln-export")] == []  # no temp file left
+    r = cli(tmp_path / "b", "cache", "import", str(exported))
+    assert r.returncode == 0, r.stderr
+    assert f"imported {cold['compiled']}, skipped 0 built for another environment, 0 bad" in r.stdout
+    warm, _ = train(tmp_path / "b")
+    assert warm["compiled"] == 0, warm
+    assert warm["store"]["hit"] == cold["compiled"]
+    assert same_results(cold, warm)
+
+
+@pytest.mark.parametrize("damage", ["flip", "truncate"])
+def test_a_damaged_export_file_is_refused_and_nothing_is_written(tmp_path, damage):
+    cold, _ = train(tmp_path / "a")
+    exported = tmp_path / "kernels.kiln"
+    assert cli(tmp_path / "a", "cache", "export", str(exported)).returncode == 0
+    data = bytearray(exported.read_bytes())
+    if damage == "flip":
+        data[len(data) // 2] ^= 0x04
+    else:
+        del data[len(data) - 100 :]
+    exported.write_bytes(bytes(data))
+    r = cli(tmp_path / "b", "cache", "import", str(exported))
+    assert r.returncode == 1
+    assert "is refused" in r.stderr and "nothing was imported" in r.stderr, r.stderr
+    assert "checksum mismatch" in r.stderr
+    assert stored_count(tmp_path / "b") == 0
+    again, _ = train(tmp_path / "b")
+    assert again["compiled"] == cold["compiled"]
+
+
+def test_import_skips_entries_built_for_another_environment(tmp_path):
+    fast = {"KILN_FAST_MATH": "1"}
+    cold, _ = train(tmp_path / "a", env=fast)
+    exported = tmp_path / "fast.kiln"
+    assert cli(tmp_path / "a", "cache", "export", str(exported), env=fast).returncode == 0
+    r = cli(tmp_path / "b", "cache", "import", str(exported))
+    assert r.returncode == 0, r.stderr
+    assert f"imported 0, skipped {cold['compiled']} built for another environment, 0 bad" in r.stdout
+    assert stored_count(tmp_path / "b") == 0
+    r = cli(tmp_path / "b", "cache", "import", str(exported), env=fast)
+    assert f"imported {cold['compiled']}, skipped 0" in r.stdout
+
+
+def test_prune_deletes_what_another_environment_built(tmp_path):
+    cold, _ = train(tmp_path / "c")
+    train(tmp_path / "c", env={"KILN_FAST_MATH": "1"})
+    assert stored_count(tmp_path / "c") == 2 * cold["compiled"]
+    r = cli(tmp_path / "c", "cache", "prune")
+    assert r.returncode == 0, r.stderr
+    assert f"deleted {cold['compiled']} entries (bad or built for another environment), kept {cold['compiled']}" in (
+        r.stdout
+    )
+    assert stored_count(tmp_path / "c") == cold["compiled"]
+    warm, _ = train(tmp_path / "c")
+    assert warm["compiled"] == 0
+    fast, _ = train(tmp_path / "c", env={"KILN_FAST_MATH": "1"})
+    assert fast["compiled"] == cold["compiled"]  # its entries were the ones pruned
+
+
+def test_read_only_mode_refuses_the_commands_that_write(tmp_path):
+    cold, _ = train(tmp_path / "c")
+    exported = tmp_path / "kernels.kiln"
+    assert cli(tmp_path / "c", "cache", "export", str(exported), env={"KILN_CACHE_READONLY": "1"}).returncode == 0
+    for args in (["clear"], ["prune"], ["import", str(exported)]):
+        r = cli(tmp_path / "c", "cache", *args, env={"KILN_CACHE_READONLY": "1"})
+        assert r.returncode == 1, (args, r.stdout)
+        assert "KILN_CACHE_READONLY=1 makes read-only" in r.stderr, r.stderr
+    assert stored_count(tmp_path / "c") == cold["compiled"]
+    r = cli(tmp_path / "c", "cache", "import")
+    assert r.returncode == 1 and "needs a FILE" in r.stderr
+
+
+def test_stats_shows_the_recent_runs(tmp_path):
+    cold, _ = train(tmp_path / "c")
+    warm, _ = train(tmp_path / "c")
+    log = tmp_path / "c" / "runs.log"
+    assert stat.S_IMODE(os.stat(log).st_mode) == 0o600
+    n = cold["compiled"]
+    for _ in range(2):  # a `stats` run uses no kernels: it adds no run of its own
+        r = cli(tmp_path / "c", "cache", "stats")
+        assert r.returncode == 0, r.stderr
+        assert f"runs recorded: 2: {n} hits, {n} misses, hit rate 50.0%, {n} compiles, 0 evicted" in r.stdout
+    runs = [line for line in r.stdout.splitlines() if " pid " in line]
+    assert len(runs) == 2
+    assert runs[0].endswith(f"0 hits, {n} misses, {n} compiles, 0 evicted")
+    assert runs[1].endswith(f"{warm['store']['hit']} hits, 0 misses, 0 compiles, 0 evicted")
+    train(tmp_path / "c", env={"KILN_CACHE_READONLY": "1"})
+    assert len(log.read_text().splitlines()) == 2  # read-only runs never write the directory
+
+
+def test_a_full_disk_degrades_to_memory_with_one_warning(tmp_path):
+    """Writes past 64 KiB fail with EFBIG (Python ignores SIGXFSZ), as on a full disk: forty kernels' entries
+    (a few hundred KiB) do not fit in the write-ahead log, the first batches may."""
+    import resource
+
+    reference, _ = train(tmp_path / "ok", "40", script=CHAINS)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
+    env.update({"KILN_MODE": "lazy", "KILN_CACHE_DIR": str(tmp_path / "full")})
+    limit = 64 * 1024
+    r = subprocess.run(
+        [sys.executable, CHAINS, "40"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=REPO,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit)),
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["total"] == reference["total"]
+    assert out["compiled"] == reference["compiled"]
+    assert r.stderr.count("UserWarning") == 1, r.stderr
+    assert "could not be written" in r.stderr and "in-memory cache only" in r.stderr, r.stderr
+    assert stored_count(tmp_path / "full") < out["compiled"]  # what did reach the store still reads back

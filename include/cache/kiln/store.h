@@ -83,6 +83,22 @@ class Store {
   std::vector<StoreListing> list(std::string_view fingerprint);
   // Deletes every entry (`cache clear`); returns how many.
   size_t clear();
+  // Deletes the entries that fail their checks or were built for another
+  // environment than `fingerprint` (`cache prune`); they can never be hits
+  // here, yet take room under the cap. No-op in read-only mode.
+  struct PruneResult {
+    size_t deleted = 0, kept = 0;
+  };
+  PruneResult prune(std::string_view fingerprint);
+  // The intact entries built for `fingerprint`, each exactly as stored
+  // (entry_format.h), for `cache export`.
+  std::vector<std::string> encoded_entries(std::string_view fingerprint);
+  // Queues an encoded entry (from an export file) for the writer, under the
+  // key it carries, as put() would: the cap applies. Returns "" or what is
+  // wrong with it (it is then not queued). The caller checks its
+  // fingerprint. Refused in read-only mode.
+  std::string put_encoded(std::string value);
+  bool read_only() const;
 
   // A warning the background writer met (disk full, lost database), once:
   // "" when there is none new. The caller shows it to the user.

@@ -13,6 +13,7 @@
 #include "kiln/cache.h"
 #include "kiln/codegen.h"
 #include "kiln/fusion.h"
+#include "kiln/run_log.h"
 #include "kiln/runtime.h"
 #include "kiln/store.h"
 #include "kiln/trace.h"
@@ -116,6 +117,8 @@ bool flush_store(int timeout_ms);
 // destructors do: RocksDB's own statics (its Env, its mutexes) die there,
 // and a store closing after them aborts. The Python module calls it from
 // an atexit handler; a C++ program calls it before returning from main.
+// A write that failed during that last flush is added to take_warnings().
+// The process's line goes to the directory's runs.log (run_log.h).
 void close_store(int timeout_ms);
 
 // The persistent store's directory ("" when the process is memory-only),
@@ -124,5 +127,39 @@ void close_store(int timeout_ms);
 std::string store_dir();
 std::vector<cache::StoreListing> stored_entries();
 size_t clear_store();
+
+// Whether the store is read-only (KILN_CACHE_READONLY): the CLI refuses
+// the commands that would write it.
+bool store_read_only();
+
+// `cache prune`: deletes the entries that are bad or built for another
+// environment than this process's, waits for the deletions to reach the
+// store (within `timeout_ms`).
+cache::Store::PruneResult prune_store(int timeout_ms);
+
+// `cache export FILE`: every intact entry of this environment's fingerprint
+// into one file (include/cache/kiln/export_file.h). `error` is "" or says
+// what failed; nothing is written then.
+struct ExportOutcome {
+  size_t entries = 0;
+  std::string error;
+};
+ExportOutcome export_store(const std::string& path);
+
+// `cache import FILE`: a damaged file is refused whole (`error`, nothing
+// stored); of an intact one, the entries built for this environment go
+// into the store through its writer (the size cap applies), the others are
+// counted and skipped. Waits for them to reach the store (`timeout_ms`);
+// a write that fails is an `error` too.
+struct ImportOutcome {
+  size_t imported = 0, foreign = 0, bad = 0;
+  std::string error;
+};
+ImportOutcome import_store(const std::string& path, int timeout_ms);
+
+// The runs recorded in the store's directory (runs.log), oldest first:
+// `cache stats`. Each process that used the store adds its own at
+// close_store.
+std::vector<cache::RunRecord> recent_runs();
 
 }  // namespace kiln::engine

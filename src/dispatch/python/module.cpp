@@ -145,8 +145,33 @@ PYBIND11_MODULE(_C, m) {
     return out;
   });
   m.def("cache_clear", [] { return engine::clear_store(); });
-  m.def("cache_close", [](int timeout_ms) {  // kiln/__init__.py's atexit handler
+  m.def("cache_read_only", &engine::store_read_only);
+  m.def("cache_prune", [](int timeout_ms) {  // (deleted, kept)
     py::gil_scoped_release released;
-    engine::close_store(timeout_ms);
+    const cache::Store::PruneResult r = engine::prune_store(timeout_ms);
+    return std::make_pair(r.deleted, r.kept);
+  });
+  m.def("cache_export", [](const std::string& path) {  // (entries, error or "")
+    py::gil_scoped_release released;
+    const engine::ExportOutcome r = engine::export_store(path);
+    return std::make_pair(r.entries, r.error);
+  });
+  m.def("cache_import", [](const std::string& path, int timeout_ms) {  // (imported, foreign, bad, error or "")
+    py::gil_scoped_release released;
+    const engine::ImportOutcome r = engine::import_store(path, timeout_ms);
+    return std::make_tuple(r.imported, r.foreign, r.bad, r.error);
+  });
+  m.def("cache_runs", [] {  // [(unix s, pid, hits, misses, compiles, evicted)], oldest first
+    py::list out;
+    for (const cache::RunRecord& r : engine::recent_runs())
+      out.append(py::make_tuple(r.unix_s, r.pid, r.hits, r.misses, r.compiles, r.evicted));
+    return out;
+  });
+  m.def("cache_close", [](int timeout_ms) {  // kiln/__init__.py's atexit handler; returns the last warnings
+    {
+      py::gil_scoped_release released;
+      engine::close_store(timeout_ms);
+    }
+    return engine::take_warnings();
   });
 }
