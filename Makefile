@@ -4,7 +4,7 @@ BUILD  ?= build
 JOBS   ?= 2
 PYTEST_ARGS ?=
 
-.PHONY: setup build install demo test test-cpp test-python lint bench docs clean
+.PHONY: setup build install demo test test-cpp test-python lint bench soak docs clean
 QUICK ?=
 
 setup:
@@ -54,6 +54,13 @@ lint: setup
 bench: install
 	@$(PYTHON) -c 'import matplotlib' 2>/dev/null || $(PYTHON) -m pip install -q matplotlib
 	$(PYTHON) bench/run_bench.py $(if $(QUICK),--quick,) --micro $(BUILD)/kiln_runtime_bench --report
+
+# The persistent-cache issue's memory soak: one process, SOAK_PROGRAMS random
+# programs in lazy mode, each checked against eager CPU; resident memory must
+# level off (bench/soak.py). Writes bench/results/soak-<date>.json.
+SOAK_PROGRAMS ?= 20000
+soak: install
+	$(PYTHON) bench/soak.py --programs $(SOAK_PROGRAMS) --out bench/results/soak-$$(date +%Y-%m-%d).json
 
 docs: install
 	$(PYTHON) -m kiln knobs --markdown > docs/knobs.md

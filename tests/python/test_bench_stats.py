@@ -122,7 +122,7 @@ def by_target(rows, start):
 
 def test_targets_met_not_met_and_not_measured():
     rows = targets.targets(made_up_run())
-    assert len(rows) == 15
+    assert len(rows) == 17
     gpt = by_target(rows, "gpt_train: kiln lazy vs eager CPU")
     assert gpt["met"] is True and gpt["measured"].startswith("1.35x (1.30-1.40, 2 rounds)")
     compiled = by_target(rows, "gpt_train: kiln lazy vs torch.compile")
