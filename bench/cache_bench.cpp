@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_kernels.h"
 #include "kiln/cache.h"
 #include "kiln/codegen.h"
 #include "kiln/fusion.h"
@@ -22,33 +23,6 @@
 using namespace kiln;
 
 namespace {
-
-// The 8-op pointwise chain of lazy_bench.cpp (x*1.5+0.25, sin, *x, exp, -0.5,
-// tanh, *2): a typical fused kernel's object, a few KiB.
-ir::Kernel chain_kernel() {
-  constexpr int64_t n = 4096;
-  trace::Trace t;
-  t.buffers.push_back({nullptr, size_t(n) * 4, false, false, nullptr});
-  t.buffers.push_back({nullptr, size_t(n) * 4, true, false, nullptr});
-  trace::TraceOp op;
-  op.name = "chain";
-  op.sizes = {n};
-  const auto f = ir::DType::Float32;
-  trace::View v;
-  v.dtype = f;
-  v.strides.assign(size_t{1}, int64_t{1});
-  auto s = [&](double value) { return op.cast(op.scalar_float(value), f); };
-  v.buffer = 0;
-  int32_t x = op.load(v);
-  int32_t y = op.add_node(ir::Op::Add, f, op.add_node(ir::Op::Mul, f, x, s(1.5)), s(0.25));
-  y = op.add_node(ir::Op::Mul, f, op.add_node(ir::Op::Sin, f, y), x);
-  y = op.add_node(ir::Op::Sub, f, op.add_node(ir::Op::Exp, f, y), s(0.5));
-  y = op.add_node(ir::Op::Mul, f, op.add_node(ir::Op::Tanh, f, y), s(2.0));
-  v.buffer = 1;
-  op.store(v, y);
-  t.ops.push_back(std::move(op));
-  return fusion::plan(t, {}).kernels.at(0).kernel;
-}
 
 void BM_MemoryCacheHit(benchmark::State& state) {
   cache::MemoryCache memory;
@@ -89,7 +63,7 @@ struct TempStore {
 // touch, at most once a second, as real hits do.
 void BM_StoreHit(benchmark::State& state) {
   const std::string fingerprint = codegen::environment_fingerprint({});
-  const ir::Kernel kernel = chain_kernel();
+  const ir::Kernel kernel = bench::chain_kernel(7, 4096).kernel;  // a typical fused kernel, a few KiB
   const std::string symbol = "kiln_bench_store_hit";
   codegen::CompiledObject obj = codegen::compile(kernel, symbol, {});
   const cache::Key key = cache::make_key(ir::serialize(kernel), fingerprint);

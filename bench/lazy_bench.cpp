@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_kernels.h"
 #include "kiln/cache.h"
 #include "kiln/codegen.h"
 #include "kiln/fusion.h"
@@ -155,14 +156,8 @@ BENCHMARK(BM_Compile)->Arg(1)->Arg(8)->Arg(32)->Arg(64)->Unit(benchmark::kMillis
 
 }  // namespace
 
-namespace {
+namespace kiln::bench {
 
-// The 8-op pointwise chain of bench/workloads.py (x*1.5+0.25, sin, *x, exp,
-// -0.5, tanh, *2) as one compiled kernel, run on the calling thread only: the
-// kernel's own speed, without the queue, the pool or Python. The first
-// argument's bits switch the math parts on (1: sin, 2: exp, 4: tanh), so /0 is
-// the memory-bound frame and /7 the whole chain; the second is the element
-// count: 4096 stays in L1 (the math alone), 4M is the benchmark's size.
 fusion::PlannedKernel chain_kernel(int variant, int64_t n) {
   trace::Trace t;
   t.buffers.push_back({nullptr, size_t(n) * 4, false, false, nullptr});
@@ -182,6 +177,15 @@ fusion::PlannedKernel chain_kernel(int variant, int64_t n) {
   return fusion::plan(t, {}).kernels.at(0);
 }
 
+}  // namespace kiln::bench
+
+namespace {
+
+using kiln::bench::chain_kernel;
+
+// The chain as one compiled kernel, run on the calling thread only: the
+// kernel's own speed, without the queue, the pool or Python. 4096 elements
+// stay in L1 (the math alone), 4M is the benchmark's size.
 void BM_FusedChainKernel(benchmark::State& state) {
   const int variant = static_cast<int>(state.range(0));
   const int64_t n = state.range(1);

@@ -17,14 +17,23 @@ differed or the growth is 5% or more.
 """
 
 import argparse
+import atexit
 import json
 import os
 import resource
+import shutil
 import sys
+import tempfile
 import time
+import warnings
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "tests", "python"))
+# A store of its own, empty (set before torch's autoload imports kiln): the
+# soak's tens of thousands of kernels stay out of the user's cache.
+os.environ["KILN_CACHE_DIR"] = tempfile.mkdtemp(prefix="kiln-soak-cache-")
+# Registered before kiln's own handler, so it runs after the store closed.
+atexit.register(shutil.rmtree, os.environ["KILN_CACHE_DIR"], True)
 
 import torch  # noqa: E402
 
@@ -48,6 +57,7 @@ def main(argv=None):
     parser.add_argument("--out")
     args = parser.parse_args(argv)
     kiln.set_mode("lazy")
+    warnings.simplefilter("ignore")  # eager's own warnings about the programs' ops, thousands of them
     dev = torch.device(kiln.DEVICE_NAME)
     samples, failures = [], []
     t0 = time.perf_counter()

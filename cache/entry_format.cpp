@@ -3,27 +3,16 @@
 
 #include <xxhash.h>
 
-#include <bit>
-#include <cstring>
+#include "file_bytes.h"
 
 namespace kiln::cache {
 namespace {
 
+using detail::append;
+using detail::read_at;
+
 constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'E', 'X', 'E', '\0'};
 constexpr size_t kFixedHeader = sizeof(kMagic) + 4 + 4 + 8 + 8 + 8 + 8 + 8;
-
-template <typename T>
-void append(std::string& out, T value) {
-  static_assert(std::endian::native == std::endian::little, "kiln's entries are little-endian");
-  out.append(reinterpret_cast<const char*>(&value), sizeof(value));
-}
-
-template <typename T>
-T read_at(std::string_view bytes, size_t offset) {
-  T value;
-  std::memcpy(&value, bytes.data() + offset, sizeof(value));
-  return value;
-}
 
 }  // namespace
 

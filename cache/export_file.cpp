@@ -1,36 +1,21 @@
 // Export files (see include/cache/kiln/export_file.h).
 #include "kiln/export_file.h"
 
-#include <fcntl.h>
-#include <unistd.h>
 #include <xxhash.h>
 
-#include <bit>
-#include <cerrno>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
+#include "file_bytes.h"
 #include "kiln/entry_format.h"
 
 namespace kiln::cache {
 namespace {
 
+using detail::append;
+using detail::read_at;
+
 constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'E', 'X', 'P', '\0'};
 constexpr size_t kHeader = sizeof(kMagic) + 4 + 4 + 8;
-
-template <typename T>
-void append(std::string& out, T value) {
-  static_assert(std::endian::native == std::endian::little, "kiln's export files are little-endian");
-  out.append(reinterpret_cast<const char*>(&value), sizeof(value));
-}
-
-template <typename T>
-T read_at(std::string_view bytes, size_t offset) {
-  T value;
-  std::memcpy(&value, bytes.data() + offset, sizeof(value));
-  return value;
-}
 
 }  // namespace
 
@@ -81,38 +66,15 @@ std::string decode_export(std::string_view f, std::vector<std::string>& entries)
 }
 
 std::string write_export_file(const std::string& path, const std::vector<std::string>& entries) {
-  const std::string bytes = encode_export(entries);
-  // The temporary file sits beside `path`, so that the rename is atomic.
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
-  std::string tmp = dir + "/.kiln-export-XXXXXX";
-  const int fd = ::mkstemp(tmp.data());
-  if (fd < 0) return "cannot create a temporary file in '" + dir + "': " + std::strerror(errno);
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    done += static_cast<size_t>(n);
-  }
-  const int err = done == bytes.size() ? (::fsync(fd) == 0 ? 0 : errno) : errno;
-  ::close(fd);
-  if (done != bytes.size() || err != 0 || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(err ? err : errno);
-    ::unlink(tmp.c_str());
-    return "cannot write '" + path + "': " + why;
-  }
-  return "";
+  const std::string failed = detail::write_file_whole(path, encode_export(entries));
+  return failed.empty() ? "" : "cannot write '" + path + "': " + failed;
 }
 
 std::string read_export_file(const std::string& path, std::vector<std::string>& entries) {
   entries.clear();
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return "cannot read '" + path + "': " + std::strerror(errno);
-  std::ostringstream bytes;
-  bytes << in.rdbuf();
-  if (in.bad()) return "cannot read '" + path + "'";
-  const std::string problem = decode_export(bytes.str(), entries);
+  std::string bytes, why;
+  if (!detail::read_file_whole(path, bytes, why)) return "cannot read '" + path + "': " + why;
+  const std::string problem = decode_export(bytes, entries);
   return problem.empty() ? "" : "'" + path + "' is refused: " + problem;
 }
 

@@ -12,6 +12,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "file_bytes.h"
+
 namespace kiln::cache {
 namespace {
 
@@ -54,20 +56,13 @@ std::string write_all(int fd, const std::string& bytes) {
   return "";
 }
 
-// Rewrites `path` with its last `keep` lines: temporary file, then rename.
+// Rewrites `path` with its last `keep` lines, whole.
 std::string trim(const std::string& path, size_t keep) {
   std::vector<std::string> lines = read_lines(path);
   if (lines.size() <= keep) return "";
   std::string kept;
   for (size_t i = lines.size() - keep; i < lines.size(); ++i) kept += lines[i] + "\n";
-  std::string tmp = path + ".XXXXXX";
-  const int fd = ::mkstemp(tmp.data());  // 0600
-  if (fd < 0) return std::strerror(errno);
-  std::string failed = write_all(fd, kept);
-  ::close(fd);
-  if (failed.empty() && std::rename(tmp.c_str(), path.c_str()) != 0) failed = std::strerror(errno);
-  if (!failed.empty()) ::unlink(tmp.c_str());
-  return failed;
+  return detail::write_file_whole(path, kept);
 }
 
 }  // namespace

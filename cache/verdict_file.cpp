@@ -2,37 +2,22 @@
 // include/cache/kiln/verdict_file.h).
 #include "kiln/verdict_file.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
 #include <xxhash.h>
 
-#include <bit>
-#include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <sstream>
+
+#include "file_bytes.h"
 
 namespace kiln::cache {
 namespace {
 
+using detail::append;
+using detail::read_at;
+
 constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'V', 'R', 'D', '\0'};
 constexpr size_t kHeader = sizeof(kMagic) + 4 + 4 + 8;
 constexpr size_t kRecord = 16;
-
-template <typename T>
-void append(std::string& out, T value) {
-  static_assert(std::endian::native == std::endian::little, "kiln's files are little-endian");
-  out.append(reinterpret_cast<const char*>(&value), sizeof(value));
-}
-
-template <typename T>
-T read_at(std::string_view bytes, size_t offset) {
-  T value;
-  std::memcpy(&value, bytes.data() + offset, sizeof(value));
-  return value;
-}
 
 }  // namespace
 
@@ -85,41 +70,19 @@ std::string decode_verdicts(std::string_view bytes, std::string_view identity, s
 std::vector<VerdictRecord> read_verdicts(const std::string& path, std::string_view identity, std::string& problem) {
   problem.clear();
   std::vector<VerdictRecord> out;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    if (errno != ENOENT) problem = std::string("it cannot be read (") + std::strerror(errno) + ")";
+  std::string bytes, why;
+  bool missing = false;
+  if (!detail::read_file_whole(path, bytes, why, &missing)) {
+    if (!missing) problem = "it cannot be read (" + why + ")";
     return out;
   }
-  std::ostringstream bytes;
-  bytes << in.rdbuf();
-  problem = decode_verdicts(bytes.str(), identity, out);
+  problem = decode_verdicts(bytes, identity, out);
   return out;
 }
 
 std::string write_verdicts(const std::string& path, std::string_view identity,
                            const std::vector<VerdictRecord>& records) {
-  const std::string bytes = encode_verdicts(identity, records);
-  std::string tmp = path + ".XXXXXX";
-  const int fd = ::mkstemp(tmp.data());  // mode 0600
-  if (fd < 0) return std::string("creating a temporary file failed: ") + std::strerror(errno);
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const std::string why = std::strerror(errno);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return "writing failed: " + why;
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::close(fd) != 0 || ::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    return "replacing the file failed: " + why;
-  }
-  return "";
+  return detail::write_file_whole(path, encode_verdicts(identity, records));
 }
 
 }  // namespace kiln::cache
