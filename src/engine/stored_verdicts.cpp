@@ -17,7 +17,9 @@ namespace kiln::engine {
 namespace {
 
 // A file holds at most this many (1 MiB): a process that learns more saves
-// those it learned and what fits of the rest.
+// those it learned and what fits of the rest. A process keeps no more in
+// memory either (about 3 MiB): past it, new cases are checked at first sight
+// as without a store, and not learned.
 constexpr size_t kMaxRecords = 1 << 16;
 
 struct RecordHash {
@@ -84,7 +86,7 @@ void store_verdict(uint64_t op, uint64_t signature) {
   std::lock_guard<std::mutex> lock(v.mu);
   if (v.path.empty() || v.read_only) return;
   if (!v.loaded) v.load();
-  if (!v.known.insert({op, signature}).second) return;
+  if (v.known.size() >= kMaxRecords || !v.known.insert({op, signature}).second) return;
   v.learned.push_back({op, signature});
   Metrics::global().add(Counter::StoredVerdicts, "learned");
 }

@@ -94,6 +94,22 @@ def test_random_programs_match_eager(dev, chunk):
         )
 
 
+# KNOWN BUG. Found by bench/soak.py (20,000 programs from seed 1,000,000, on
+# 2026-12-03): lazy mode differs from eager CPU on these seeds, in a fresh
+# process and with KILN_CACHE=0 as well, while kiln eager mode matches. Wrong
+# values through in-place writes to expanded views (1004650: 0.988 for
+# 0.156), and inf/nan where eager has finite or opposite infinities. Not yet
+# understood; the persistent cache is not involved.
+KNOWN_BAD_SEEDS = [1004001, 1004650, 1005343, 1015248, 1015469, 1017440]
+
+
+@pytest.mark.skipif(kiln.mode() != "lazy", reason="compares lazy mode with eager CPU")
+@pytest.mark.xfail(reason="KNOWN BUG: lazy mode differs from eager CPU on these soak programs", strict=False)
+@pytest.mark.parametrize("seed", KNOWN_BAD_SEEDS)
+def test_known_bug_soak_programs_differ_from_eager(dev, seed):
+    check(Program(seed), dev)
+
+
 def test_programs_cover_the_traceable_forms():
     """The generator keeps producing the forms the test is meant to exercise."""
     programs = [Program(seed) for seed in range(200)]

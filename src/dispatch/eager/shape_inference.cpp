@@ -15,17 +15,30 @@ void Geometry::restore(const at::Tensor& written) const {
 
 std::shared_ptr<const InferredShapes> ShapeCache::find(c10::ArrayRef<int64_t> key, uint64_t hash) const {
   std::lock_guard<std::mutex> lock(mu_);
-  auto [begin, end] = entries_.equal_range(hash);
+  auto [begin, end] = index_.equal_range(hash);
   for (auto it = begin; it != end; ++it) {
-    if (c10::ArrayRef<int64_t>(it->second.key) == key) return it->second.value;
+    if (c10::ArrayRef<int64_t>(it->second->key) == key) {
+      order_.splice(order_.begin(), order_, it->second);
+      return it->second->value;
+    }
   }
   return nullptr;
 }
 
 void ShapeCache::insert(std::vector<int64_t> key, uint64_t hash, std::shared_ptr<const InferredShapes> value) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (entries_.size() >= kMaxEntries) entries_.clear();
-  entries_.emplace(hash, Entry{std::move(key), std::move(value)});
+  order_.push_front(Entry{std::move(key), hash, std::move(value)});
+  index_.emplace(hash, order_.begin());
+  if (order_.size() <= kMaxEntries) return;
+  const Order::iterator oldest = std::prev(order_.end());
+  auto [begin, end] = index_.equal_range(oldest->hash);
+  for (auto it = begin; it != end; ++it) {
+    if (it->second == oldest) {
+      index_.erase(it);
+      break;
+    }
+  }
+  order_.pop_back();
 }
 
 namespace {
