@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "dispatch/eager/cpp_meta.h"
 #include "dispatch/eager/tensor_alias.h"
 
 namespace kiln::dispatch {
@@ -187,7 +188,12 @@ std::shared_ptr<InferredShapes> run_meta(const c10::OperatorHandle& op, const st
     // resizes an in-place op's self); the CPU kernel gives eager's.
     DiscardWarnings discard;
     c10::WarningUtils::WarningHandlerGuard guard(&discard);
-    op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::Meta), &meta_stack);
+    const c10::DispatchKeySet meta(c10::DispatchKey::Meta);
+    if (const c10::KernelFunction* kernel = cpp_meta_kernel(op.operator_name())) {
+      kernel->callBoxed(op, meta, &meta_stack);
+    } else {
+      op.redispatchBoxed(meta, &meta_stack);
+    }
   }
   auto result = std::make_shared<InferredShapes>();
   result->returns = std::move(meta_stack);
