@@ -20,7 +20,8 @@ int64_t RegionBuilder::store_bytes(const StoreRef& s) const {
   return n;
 }
 
-std::optional<PlannedKernel> RegionBuilder::build(const std::vector<bool>& keep) const {
+std::optional<PlannedKernel> RegionBuilder::build(const std::vector<bool>& keep,
+                                                  const std::vector<bool>& scratch) const {
   // 1. What the kept stores need.
   std::vector<bool> needed(nodes_.size(), false), reduction_needed(reductions_.size(), false);
   std::vector<int32_t> stack;
@@ -117,14 +118,20 @@ std::optional<PlannedKernel> RegionBuilder::build(const std::vector<bool>& keep)
   k.reduce_rank = 0;
   for (const Dim& d : dims) k.reduce_rank += d.reduced ? 1 : 0;
 
-  // 4. Accesses and pointer slots.
+  // 4. Accesses and pointer slots: one slot per allocation. An output in
+  // memory it took from another buffer (rule 11) shares that buffer's slot,
+  // unless it was given scratch memory of its own: codegen takes different
+  // slots for different memory (its alias scopes; a run computed twice,
+  // Lowering::may_rerun) and must see that the two are one.
+  auto slot_buffer = [&](int32_t b) { return scratch[b] ? b : (*memory_)[b]; };
   for (size_t v = 0; v < views.size(); ++v) {
+    const int32_t buffer = slot_buffer(views[v].buffer);
     int32_t slot = -1;
     for (size_t s = 0; s < out.buffer_ids.size(); ++s) {
-      if (out.buffer_ids[s] == views[v].buffer) slot = static_cast<int32_t>(s);
+      if (out.buffer_ids[s] == buffer) slot = static_cast<int32_t>(s);
     }
     if (slot < 0) {
-      out.buffer_ids.push_back(views[v].buffer);
+      out.buffer_ids.push_back(buffer);
       slot = static_cast<int32_t>(out.buffer_ids.size()) - 1;
     }
     ir::Access a;

@@ -329,7 +329,7 @@ Plan plan(const trace::Trace& trace, const Options& options) {
       keep.push_back(kept);
       if (!kept) out.bytes_not_written += built[r].store_bytes(s);
     }
-    auto k = built[r].build(keep);
+    auto k = built[r].build(keep, materialize);
     if (k) {
       k->region = static_cast<int32_t>(r);
       k->kernel.streaming_stores = streams(*k, options);

@@ -30,8 +30,9 @@ class RegionBuilder {
   const std::vector<StoreRef>& stores() const { return stores_; }
   int64_t store_bytes(const StoreRef& s) const;
 
-  // The kernel computing the stores marked in `keep` (nullopt: nothing to compute).
-  std::optional<PlannedKernel> build(const std::vector<bool>& keep) const;
+  // The kernel computing the stores marked in `keep` (nullopt: nothing to
+  // compute); `scratch` marks the buffers the plan gives scratch memory.
+  std::optional<PlannedKernel> build(const std::vector<bool>& keep, const std::vector<bool>& scratch) const;
 
  private:
   std::optional<std::vector<int32_t>> embed(const trace::TraceOp& op) const;

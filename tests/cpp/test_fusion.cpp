@@ -409,6 +409,27 @@ TEST(Fusion, AnOutputInMemoryItTookThroughTheSameViewSharesTheRegionAndCanDie) {
   }
 }
 
+// One allocation, one pointer slot: codegen takes different slots for
+// different memory (alias scopes, a loop it may run twice), so an output in
+// memory it took must be given the slot of the buffer it took it from.
+TEST(Fusion, AnOutputInMemoryItTookSharesThatBuffersPointerSlot) {
+  TraceBuilder tb;
+  const std::vector<int64_t> s = {4, 4};
+  int32_t x = tb.buffer(16, false), z = tb.buffer(16), w = tb.buffer(16);
+  tb.t.buffers[w].memory_of = x;
+  tb.with_scalar(Op::Add, TraceBuilder::view(x, s, s), 1, TraceBuilder::view(z, s, s), s);
+  tb.with_scalar(Op::Mul, TraceBuilder::view(x, s, s), 2, TraceBuilder::view(w, s, s), s);
+  auto p = tb.run();
+  ASSERT_TRUE(has_kernels(p, tb.t, 1));
+  const fusion::PlannedKernel& k = p.kernels[0];
+  EXPECT_EQ(k.buffer_ids, (std::vector<int32_t>{x, z}));
+  EXPECT_EQ(k.kernel.num_buffers, 2);
+  // x's load and w's store go through slot 0.
+  int loads_and_stores_of_x = 0;
+  for (const auto& a : k.kernel.accesses) loads_and_stores_of_x += a.buffer == 0;
+  EXPECT_EQ(loads_and_stores_of_x, 2);
+}
+
 TEST(Fusion, RegionSizeLimitSplits) {
   TraceBuilder tb;
   const std::vector<int64_t> s = {8};

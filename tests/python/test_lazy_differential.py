@@ -94,20 +94,29 @@ def test_random_programs_match_eager(dev, chunk):
         )
 
 
-# KNOWN BUG. Found by bench/soak.py (20,000 programs from seed 1,000,000, on
-# 2026-12-03): lazy mode differs from eager CPU on these seeds, in a fresh
-# process and with KILN_CACHE=0 as well, while kiln eager mode matches. Wrong
-# values through in-place writes to expanded views (1004650: 0.988 for
-# 0.156), and inf/nan where eager has finite or opposite infinities. Not yet
-# understood; the persistent cache is not involved.
-KNOWN_BAD_SEEDS = [1004001, 1004650, 1005343, 1015248, 1015469, 1017440]
+# Found by bench/soak.py (20,000 programs from seed 1,000,000, 2026-12-03):
+# lazy mode differed from eager CPU on these. An output given the memory of
+# an input of its own kernel (1004650 and three more), fixed in fusion's
+# pointer slots (test_lazy_fusion.py); 1017440 matches since shape inference
+# uses ATen's C++ meta functions (src/dispatch/eager/cpp_meta.h), a cause not
+# traced further.
+SOAK_SEEDS_THAT_DIFFERED = [1004650, 1005343, 1015248, 1015469, 1017440]
 
 
 @pytest.mark.skipif(kiln.mode() != "lazy", reason="compares lazy mode with eager CPU")
-@pytest.mark.xfail(reason="KNOWN BUG: lazy mode differs from eager CPU on these soak programs", strict=False)
-@pytest.mark.parametrize("seed", KNOWN_BAD_SEEDS)
-def test_known_bug_soak_programs_differ_from_eager(dev, seed):
+@pytest.mark.parametrize("seed", SOAK_SEEDS_THAT_DIFFERED)
+def test_soak_programs_that_differed_match_eager(dev, seed):
     check(Program(seed), dev)
+
+
+# Not a bug: the sign of a zero from a float max or min over +0 and -0 ties.
+# Eager does not fix it either (CPU's amax and max give -0 and +0 for one
+# input; src/codegen/lower_rows.cpp); a reciprocal then turns it into -inf
+# against +inf. Strict, so that a change that makes it match is noticed.
+@pytest.mark.skipif(kiln.mode() != "lazy", reason="compares lazy mode with eager CPU")
+@pytest.mark.xfail(reason="the sign of an amax over -0.0 and +0.0 (a tie eager does not fix)", strict=True)
+def test_amax_zero_tie_sign_differs_from_eager(dev):
+    check(Program(1004001), dev)
 
 
 def test_programs_cover_the_traceable_forms():

@@ -343,6 +343,33 @@ def test_an_output_takes_memory_only_the_trace_held_and_reads_before_it_see_the_
     assert torch.equal(y.cpu(), ey) and torch.equal(z.cpu(), ez)
 
 
+def test_an_output_in_memory_it_took_from_an_input_of_its_own_kernel_gives_eagers_answer():
+    # Found by the soak (seed 1004650). `a` is materialized by a flush (the
+    # fill_ of an expanded view ends the trace), read by the next trace, then
+    # freed; `z` takes its memory and is computed in the kernel that reads
+    # `a`, through the same view. The kernel must see one allocation in one
+    # pointer slot: as two, codegen took them for different memory and ran
+    # the sin/cos loop twice (its exact rerun, for the NaN lanes), the second
+    # time over z's values.
+    def f(x, dev):
+        xs = x.unsqueeze(0).expand(2, *x.shape)
+        a = torch.sqrt(xs)  # NaN where x < 0
+        xs.fill_(2.176)
+        w = torch.cos(x)
+        c = torch.cos(a)
+        a_ptr = a.data_ptr()
+        del a
+        z = torch.atan2(w, c)  # [2, 4, 4]: a's memory
+        return c, z, z.data_ptr() == a_ptr
+
+    x = torch.tensor([[2, -1, -5, -4], [5, -6, -4, -3], [4, 2, -1, 0], [6, 1, -4, -1]], dtype=torch.int32)
+    c, z, reused = f(x.to(DEVICE), DEVICE)
+    assert reused, "z did not take a's memory: the test no longer covers the case"
+    ec, ez, _ = f(x.clone(), "cpu")
+    torch.testing.assert_close(c.cpu(), ec, equal_nan=True)
+    torch.testing.assert_close(z.cpu(), ez, equal_nan=True)
+
+
 def test_memory_taken_from_the_trace_and_freed_before_the_flush_is_not_lost():
     dev = getattr(torch, DEVICE)
     x, w = torch.randn(64, 64, device=DEVICE), torch.randn(64, 64, device=DEVICE)
