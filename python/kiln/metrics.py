@@ -46,6 +46,8 @@ def counters():
       while other processes held the database).
     - stored_verdicts: first-sight argument checks kept in KILN_CACHE_DIR across processes: loaded (at
       the first query), used (a check this process skipped), learned (new here, saved at exit).
+    - warm_start: bytes, not counts: prefilled_bytes (device memory reserved and paged in while the
+      program started, as its last run needed), prefill_used_bytes (of those, what allocations took).
     """
     return _C.metrics_counters()
 

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <set>
 
+#include "engine/memory_profile.h"
 #include "engine/stored_verdicts.h"
 #include "kiln/log.h"
 #include "kiln/run_log.h"
@@ -107,6 +108,7 @@ void close_store(int timeout_ms) {
     s = std::move(g_store);
   }
   save_verdicts();
+  save_memory_profile();
   if (!s) return;
   s->flush(std::chrono::milliseconds(timeout_ms));
   // A write that failed during this last flush (a full disk) is still told:

@@ -11,6 +11,7 @@
 
 #include "engine/compiled_executable.h"
 #include "engine/executable_store.h"
+#include "engine/memory_profile.h"
 #include "engine/plan_cache.h"
 #include "engine/stored_verdicts.h"
 #include "kiln/engine.h"
@@ -159,6 +160,7 @@ void configure(const Options& options) {
   open_verdicts(dir,
                 dir.empty() || options.verdict_identity.empty() ? "" : options.verdict_identity + ";" + fingerprint(),
                 options.cache_read_only);
+  open_memory_profile(dir, options.program, options.cache_read_only);
 }
 
 const Options& options() { return g_options; }

@@ -1,5 +1,5 @@
 // First-sight verdicts kept across processes (see stored_verdicts.h and
-// include/cache/kiln/verdict_file.h).
+// include/cache/kiln/record_file.h).
 #include "engine/stored_verdicts.h"
 
 #include <unistd.h>
@@ -11,7 +11,7 @@
 #include "kiln/engine.h"
 #include "kiln/log.h"
 #include "kiln/metrics.h"
-#include "kiln/verdict_file.h"
+#include "kiln/record_file.h"
 
 namespace kiln::engine {
 namespace {
@@ -23,7 +23,7 @@ namespace {
 constexpr size_t kMaxRecords = 1 << 16;
 
 struct RecordHash {
-  size_t operator()(const cache::VerdictRecord& r) const { return static_cast<size_t>(r.op * 31 + r.signature); }
+  size_t operator()(const cache::Record& r) const { return static_cast<size_t>(r.key * 31 + r.value); }
 };
 
 struct Verdicts {
@@ -32,14 +32,14 @@ struct Verdicts {
   bool read_only = false;
   bool loaded = false;
   pid_t owner = 0;  // a forked child uses the parent's, saves none
-  std::unordered_set<cache::VerdictRecord, RecordHash> known;
-  std::vector<cache::VerdictRecord> learned;
+  std::unordered_set<cache::Record, RecordHash> known;
+  std::vector<cache::Record> learned;
 
   // Caller holds mu.
   void load() {
     loaded = true;
     std::string problem;
-    std::vector<cache::VerdictRecord> records = cache::read_verdicts(path, identity, problem);
+    std::vector<cache::Record> records = cache::read_records(path, cache::kRecordVerdicts, identity, problem);
     if (!problem.empty()) {
       // Damaged or foreign: ignored and, at exit, replaced by what this
       // process learns. Never trusted in part.
@@ -62,7 +62,7 @@ Verdicts& verdicts() {
 void open_verdicts(const std::string& dir, const std::string& identity, bool read_only) {
   Verdicts& v = verdicts();
   std::lock_guard<std::mutex> lock(v.mu);
-  v.path = dir.empty() || identity.empty() ? "" : cache::verdict_file_path(dir, identity);
+  v.path = dir.empty() || identity.empty() ? "" : cache::record_file_path(dir, cache::kRecordVerdicts, identity);
   v.identity = identity;
   v.read_only = read_only;
   v.loaded = false;
@@ -97,13 +97,13 @@ void save_verdicts() {
   if (v.path.empty() || v.read_only || v.learned.empty() || v.owner != ::getpid()) return;
   // What other processes saved since this one loaded, then what it learned.
   std::string problem;
-  std::vector<cache::VerdictRecord> records = cache::read_verdicts(v.path, v.identity, problem);
-  std::unordered_set<cache::VerdictRecord, RecordHash> seen(records.begin(), records.end());
-  for (const cache::VerdictRecord& r : v.learned) {
+  std::vector<cache::Record> records = cache::read_records(v.path, cache::kRecordVerdicts, v.identity, problem);
+  std::unordered_set<cache::Record, RecordHash> seen(records.begin(), records.end());
+  for (const cache::Record& r : v.learned) {
     if (seen.insert(r).second) records.push_back(r);
   }
   if (records.size() > kMaxRecords) records.erase(records.begin(), records.end() - kMaxRecords);  // keep the newest
-  const std::string failed = cache::write_verdicts(v.path, v.identity, records);
+  const std::string failed = cache::write_records(v.path, cache::kRecordVerdicts, v.identity, records);
   log("cache", failed.empty() ? "saved " + std::to_string(v.learned.size()) + " new verdicts to '" + v.path + "'"
                               : "saving verdicts to '" + v.path + "' failed: " + failed);
   v.learned.clear();

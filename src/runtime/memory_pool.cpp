@@ -1,4 +1,5 @@
 // Device memory pool: a capacity-bounded caching allocator.
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <sstream>
@@ -50,6 +51,12 @@ void* MemoryPool::allocate(size_t bytes) {
   if (it != cached_.end() && !it->second.empty()) {
     ptr = it->second.back();
     it->second.pop_back();
+    if (!prefilled_.empty()) {
+      if (auto p = prefilled_.find(ptr); p != prefilled_.end()) {
+        prefill_stats_.used_bytes += static_cast<int64_t>(p->second);
+        prefilled_.erase(p);
+      }
+    }
   } else {
     // reserved <= capacity always holds; compare without risking overflow.
     if (size > capacity_ - static_cast<size_t>(stats_.reserved_bytes)) release_cached_locked();
@@ -67,6 +74,8 @@ void* MemoryPool::allocate(size_t bytes) {
     stats_.peak_reserved_bytes = std::max(stats_.peak_reserved_bytes, stats_.reserved_bytes);
   }
   live_.emplace(ptr, Block{size, bytes});
+  SizeUse& use = use_by_size_.try_emplace(size, SizeUse{0, 0, use_by_size_.size()}).first->second;
+  use.peak = std::max(use.peak, ++use.live);
   MemoryStats& s = stats_;
   s.allocated_bytes += size;
   s.requested_bytes += bytes;
@@ -90,6 +99,7 @@ void MemoryPool::free(void* ptr) {
   }
   const Block block = it->second;
   live_.erase(it);
+  use_by_size_[block.size].live--;
   stats_.allocated_bytes -= block.size;
   stats_.requested_bytes -= block.requested;
   stats_.live_allocations--;
@@ -106,6 +116,52 @@ void MemoryPool::release_cached_locked() {
     stats_.released_bytes_total += static_cast<int64_t>(size * blocks.size());
   }
   cached_.clear();
+  prefilled_.clear();
+}
+
+std::vector<MemoryPool::BlockCount> MemoryPool::needed_blocks() const {
+  std::vector<std::pair<size_t, BlockCount>> ordered;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [size, use] : use_by_size_) ordered.push_back({use.first_use, BlockCount{size, use.peak}});
+  }
+  std::sort(ordered.begin(), ordered.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<BlockCount> out;
+  for (const auto& [order, blocks] : ordered) out.push_back(blocks);
+  return out;
+}
+
+size_t MemoryPool::prefill(const std::vector<BlockCount>& blocks, size_t max_bytes, const std::atomic<bool>& stop) {
+  constexpr size_t kPage = 4096;
+  size_t reserved = 0;
+  for (const BlockCount& b : blocks) {
+    const size_t size = round_up(b.bytes);
+    for (size_t i = 0; i < b.count; ++i) {
+      if (stop.load(std::memory_order_relaxed) || reserved + size > max_bytes) return reserved;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (static_cast<size_t>(stats_.reserved_bytes) + size > capacity_ / 2) return reserved;
+      }
+      void* ptr = std::aligned_alloc(kAlignment, size);
+      if (ptr == nullptr) return reserved;
+      auto* bytes = static_cast<volatile char*>(ptr);
+      for (size_t at = 0; at < size; at += kPage) bytes[at] = 0;
+      std::lock_guard<std::mutex> lock(mu_);
+      cached_[size].push_back(ptr);
+      prefilled_.emplace(ptr, size);
+      stats_.reserved_bytes += static_cast<int64_t>(size);
+      stats_.reserved_bytes_total += static_cast<int64_t>(size);
+      stats_.peak_reserved_bytes = std::max(stats_.peak_reserved_bytes, stats_.reserved_bytes);
+      prefill_stats_.reserved_bytes += static_cast<int64_t>(size);
+      reserved += size;
+    }
+  }
+  return reserved;
+}
+
+MemoryPool::PrefillStats MemoryPool::prefill_stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return prefill_stats_;
 }
 
 void MemoryPool::empty_cache() {

@@ -37,6 +37,7 @@ const char* Metrics::counter_name(Counter counter) {
     case Counter::ExecutableStore: return "executable_store";
     case Counter::StoreTime: return "store_time";
     case Counter::StoredVerdicts: return "stored_verdicts";
+    case Counter::WarmStart: return "warm_start";
   }
   return "?";
 }

@@ -1,6 +1,7 @@
 // MemoryPool: accounting, caching, alignment, capacity and OOM reporting.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -286,3 +287,69 @@ TEST(MemoryPool, ResetPeakStatsDropsPeaksToCurrent) {
 }
 
 }  // namespace
+
+// What a warm start reserves ahead (engine/memory_profile.h): per size, the
+// most blocks the program held at once, in order of first use.
+TEST(MemoryPool, NeededBlocksArePerSizePeaksInOrderOfFirstUse) {
+  MemoryPool pool(0, 1 << 20);
+  void* a = pool.allocate(3000);  // 3072
+  void* b = pool.allocate(100);   // 512
+  void* c = pool.allocate(3000);
+  pool.free(a);
+  pool.free(c);
+  void* d = pool.allocate(3072);  // reuses: no new peak
+  pool.free(b);
+  pool.free(d);
+  const auto needed = pool.needed_blocks();
+  ASSERT_EQ(needed.size(), 2u);
+  EXPECT_EQ(needed[0].bytes, 3072u);
+  EXPECT_EQ(needed[0].count, 2u);
+  EXPECT_EQ(needed[1].bytes, 512u);
+  EXPECT_EQ(needed[1].count, 1u);
+}
+
+TEST(MemoryPool, PrefilledBlocksServeTheNextRunsAllocationsWithoutNewReserves) {
+  std::vector<MemoryPool::BlockCount> profile = {{8192, 3}, {512, 2}};
+  MemoryPool pool(0, 1 << 20);
+  std::atomic<bool> stop{false};
+  EXPECT_EQ(pool.prefill(profile, SIZE_MAX, stop), 3 * 8192u + 2 * 512u);
+  const int64_t reserved = pool.stats().reserved_bytes;
+  EXPECT_EQ(reserved, 3 * 8192 + 2 * 512);
+  EXPECT_EQ(pool.stats().allocated_bytes, 0);  // reserved, not handed out
+  std::vector<void*> taken;
+  for (int i = 0; i < 3; ++i) taken.push_back(pool.allocate(8000));
+  taken.push_back(pool.allocate(512));
+  EXPECT_EQ(pool.stats().reserved_bytes, reserved);  // all served from the reserve
+  EXPECT_EQ(pool.prefill_stats().reserved_bytes, reserved);
+  EXPECT_EQ(pool.prefill_stats().used_bytes, 3 * 8192 + 512);
+  for (void* p : taken) pool.free(p);
+  pool.empty_cache();  // a prefilled block goes back like any cached one
+  EXPECT_EQ(pool.stats().reserved_bytes, 0);
+}
+
+TEST(MemoryPool, PrefillStopsAtItsLimitAtHalfTheCapacityAndWhenAsked) {
+  std::atomic<bool> stop{false};
+  {
+    MemoryPool pool(0, 1 << 20);
+    EXPECT_EQ(pool.prefill({{4096, 100}}, 10 * 4096, stop), 10 * 4096u);
+  }
+  {
+    MemoryPool pool(0, 64 * 4096);
+    EXPECT_EQ(pool.prefill({{4096, 100}}, SIZE_MAX, stop), 32 * 4096u);  // half of 64 pages
+    EXPECT_NO_THROW(pool.allocate(32 * 4096));                           // the rest stays the program's
+  }
+  {
+    MemoryPool pool(0, 1 << 20);
+    stop = true;
+    EXPECT_EQ(pool.prefill({{4096, 100}}, SIZE_MAX, stop), 0u);
+  }
+}
+
+TEST(MemoryPool, PrefilledBlocksAreGivenBackWhenTheProgramNeedsTheRoom) {
+  MemoryPool pool(0, 64 * 4096);
+  std::atomic<bool> stop{false};
+  ASSERT_EQ(pool.prefill({{4096, 32}}, SIZE_MAX, stop), 32 * 4096u);
+  void* big = pool.allocate(48 * 4096);  // fits only once the reserve is released
+  EXPECT_NE(big, nullptr);
+  pool.free(big);
+}

@@ -19,7 +19,7 @@ const Counter kAllCounters[] = {Counter::Launches,        Counter::TracedOps,   
                                 Counter::KernelsCompiled, Counter::CompileTime,        Counter::ExecutableCache,
                                 Counter::PlanCache,       Counter::ExecutableLaunches, Counter::BytesNotWritten,
                                 Counter::BytesReused,     Counter::ExecutableStore,    Counter::StoreTime,
-                                Counter::StoredVerdicts};
+                                Counter::StoredVerdicts,  Counter::WarmStart};
 
 bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
@@ -44,11 +44,13 @@ TEST(Metrics, AddAndGet) {
 TEST(Metrics, CounterNamesAreDistinct) {
   std::vector<std::string> names;
   for (Counter c : kAllCounters) names.push_back(Metrics::counter_name(c));
-  EXPECT_EQ(names,
-            (std::vector<std::string>{"launches", "traced_ops", "library_kernels", "fallbacks", "sync_points", "errors",
-                                      "bytes_copied", "trace_flushes", "regions", "kernels_compiled", "compile_time",
-                                      "executable_cache", "plan_cache", "executable_launches", "bytes_not_written",
-                                      "bytes_reused", "executable_store", "store_time", "stored_verdicts"}));
+  EXPECT_EQ(names, (std::vector<std::string>{"launches",         "traced_ops",          "library_kernels",
+                                             "fallbacks",        "sync_points",         "errors",
+                                             "bytes_copied",     "trace_flushes",       "regions",
+                                             "kernels_compiled", "compile_time",        "executable_cache",
+                                             "plan_cache",       "executable_launches", "bytes_not_written",
+                                             "bytes_reused",     "executable_store",    "store_time",
+                                             "stored_verdicts",  "warm_start"}));
 }
 
 TEST(Metrics, SnapshotHasEveryCounter) {

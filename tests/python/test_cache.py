@@ -212,6 +212,46 @@ def test_read_only_mode_uses_verdicts_and_never_writes_them(tmp_path):
     assert verdicts.read_bytes() == before
 
 
+def test_a_warm_start_finds_its_device_memory_reserved(tmp_path):
+    """The device memory a program's last run needed is reserved and paged in
+    while it starts (engine/memory_profile.h); its allocations take it."""
+    cold, _ = train(tmp_path / "c")
+    assert cold["warm_start"].get("prefilled_bytes", 0) == 0
+    (profile,) = (tmp_path / "c").glob("memory-*.bin")
+    assert stat.S_IMODE(profile.stat().st_mode) == 0o600
+    warm, _ = train(tmp_path / "c", "--idle-s", "1")
+    assert warm["warm_start"]["prefilled_bytes"] > 0, warm["warm_start"]
+    assert 0 < warm["warm_start"]["prefill_used_bytes"] <= warm["warm_start"]["prefilled_bytes"]
+    assert same_results(cold, warm)
+    before = profile.read_bytes()
+    ro, _ = train(tmp_path / "c", "--idle-s", "1", "--variant", "3", env={"KILN_CACHE_READONLY": "1"})
+    assert ro["warm_start"]["prefilled_bytes"] > 0
+    assert profile.read_bytes() == before  # read-only: used, not saved
+    off, _ = train(tmp_path / "off", env={"KILN_CACHE": "0"})
+    assert off["warm_start"] == {}
+
+
+def test_a_damaged_memory_profile_is_ignored_and_replaced(tmp_path):
+    cold, _ = train(tmp_path / "c")
+    (profile,) = (tmp_path / "c").glob("memory-*.bin")
+    data = bytearray(profile.read_bytes())
+    data[-3] ^= 0x10
+    profile.write_bytes(bytes(data))
+    out, log = train(tmp_path / "c", "--idle-s", "0.5", env={"KILN_LOG": "cache"})
+    assert "memory profile" in log and "ignored: a checksum mismatch" in log, log[-2000:]
+    assert out["warm_start"].get("prefilled_bytes", 0) == 0
+    assert same_results(cold, out)
+    again, _ = train(tmp_path / "c", "--idle-s", "1")
+    assert again["warm_start"]["prefilled_bytes"] > 0  # rewritten whole at the exit
+
+
+def test_a_program_given_with_dash_c_keeps_no_memory_profile(tmp_path):
+    code = "import torch, kiln\nprint((torch.ones(1000, device=kiln.DEVICE_NAME) * 2).sum().item())\n"
+    r = run_python(code, env={"KILN_CACHE_DIR": str(tmp_path / "c"), "KILN_MODE": "lazy"})
+    assert r.returncode == 0, r.stderr
+    assert list((tmp_path / "c").glob("memory-*.bin")) == []
+
+
 def test_cli_stats_list_verify_and_clear(tmp_path):
     cold, _ = train(tmp_path / "c")
     env = {"KILN_CACHE_DIR": str(tmp_path / "c")}

@@ -38,6 +38,9 @@ struct Options {
   // environment fingerprint (its build identity, the torch version); empty:
   // verdicts are not kept across processes.
   std::string verdict_identity;
+  // The running program (its script's path), under which the device memory
+  // it needed is saved for its next start; empty: not saved.
+  std::string program;
 };
 
 // The options the knobs ask for (KILN_FUSION_MAX_OPS, KILN_STREAM_MIN_MB,

@@ -114,6 +114,29 @@ class MemoryPool {
   void reset_accumulated_stats();
   size_t capacity() const { return capacity_; }
 
+  // What the program needed: per rounded block size, in order of its first
+  // allocation, the most blocks of that size it held at once.
+  struct BlockCount {
+    size_t bytes;
+    size_t count;
+  };
+  std::vector<BlockCount> needed_blocks() const;
+
+  // Reserves `blocks` before the program asks for them, writing every page
+  // so that the kernel maps and zeroes them now, and caches them: a warm
+  // start's first allocations then neither fault nor zero (a program's first
+  // training step faults in all of its device memory). Stops when `stop` is
+  // set, or before the reserve would pass half the capacity. Meant for a
+  // background thread; allocate() meanwhile serves as usual. Returns the
+  // bytes reserved, at most `max_bytes`.
+  size_t prefill(const std::vector<BlockCount>& blocks, size_t max_bytes, const std::atomic<bool>& stop);
+  // Of the bytes prefill() reserved, those an allocation took.
+  struct PrefillStats {
+    int64_t reserved_bytes = 0;
+    int64_t used_bytes = 0;
+  };
+  PrefillStats prefill_stats() const;
+
  private:
   void release_cached_locked();
   const int device_;
@@ -125,6 +148,12 @@ class MemoryPool {
   };
   std::unordered_map<void*, Block> live_;
   std::unordered_map<size_t, std::vector<void*>> cached_;  // rounded size -> free blocks
+  struct SizeUse {
+    size_t live = 0, peak = 0, first_use = 0;
+  };
+  std::unordered_map<size_t, SizeUse> use_by_size_;  // rounded size -> blocks held now, at most
+  std::unordered_map<void*, size_t> prefilled_;      // cached by prefill(), not yet taken
+  PrefillStats prefill_stats_;
   MemoryStats stats_;
 };
 

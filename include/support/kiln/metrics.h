@@ -40,6 +40,8 @@ enum class Counter {
                        // lock_wait_us (the writer waiting for other processes' batches)
   StoredVerdicts,      // first-sight argument checks kept in the cache directory: loaded (at the first
                        // query), used (a check skipped), learned (new here, saved at exit)
+  WarmStart,           // device memory reserved ahead from the program's last run: prefilled_bytes,
+                       // prefill_used_bytes (of those, what allocations took)
 };
 
 struct TimeBreakdown;
@@ -64,7 +66,7 @@ class Metrics {
  private:
   void write_counters(std::ostream& os) const;
   using Table = std::map<std::string, int64_t, std::less<>>;
-  static constexpr int kCounters = static_cast<int>(Counter::StoredVerdicts) + 1;
+  static constexpr int kCounters = static_cast<int>(Counter::WarmStart) + 1;
   mutable std::mutex mu_;
   Table tables_[kCounters];
 };

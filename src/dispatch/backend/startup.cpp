@@ -6,6 +6,7 @@
 #include <torch/headeronly/version.h>
 
 #include <atomic>
+#include <filesystem>
 #include <functional>
 #include <mutex>
 
@@ -47,6 +48,25 @@ void wait_without_the_gil(const std::function<void()>& wait) {
 // checks, their meta kernels).
 std::string verdict_identity() { return std::string("dispatch=") + build_identity() + ";torch=" + TORCH_VERSION; }
 
+// The running program, under which the device memory it needed is saved for
+// its next start: its script's real path (sys.argv[0]). None for `python
+// -c` and a REPL: one name would stand for every such program.
+std::string program_identity() {
+  if (!Py_IsInitialized()) return "";
+  const PyGILState_STATE gil = PyGILState_Ensure();
+  std::string program;
+  PyObject* argv = PySys_GetObject("argv");  // borrowed
+  if (argv != nullptr && PyList_Check(argv) && PyList_Size(argv) > 0) {
+    if (const char* first = PyUnicode_AsUTF8(PyList_GetItem(argv, 0))) program = first;
+  }
+  PyErr_Clear();
+  PyGILState_Release(gil);
+  if (program.empty() || program == "-c" || program == "-") return "";
+  std::error_code ec;
+  const std::filesystem::path path = std::filesystem::weakly_canonical(program, ec);
+  return ec ? program : path.string();
+}
+
 }  // namespace
 
 void initialize() {
@@ -62,6 +82,7 @@ void initialize() {
   runtime::Runtime::init(opts);
   engine::Options options = engine::options_for(g_settings);
   options.verdict_identity = verdict_identity();
+  options.program = program_identity();
   engine::configure(options);  // throws for an unwritable KILN_DUMP_DIR
   trace::set_lazy_mode(g_settings.lazy);
   if (g_settings.lazy) engine::start_compiler_warm_up();

@@ -9,6 +9,7 @@ processes can have kernels of their own beside the shared ones.
 
 import argparse
 import json
+import time
 
 import torch
 
@@ -17,7 +18,9 @@ import kiln
 parser = argparse.ArgumentParser()
 parser.add_argument("--variant", type=int, default=0)
 parser.add_argument("--steps", type=int, default=3)
+parser.add_argument("--idle-s", type=float, default=0.0, help="seconds of start-up before the first op")
 args = parser.parse_args()
+time.sleep(args.idle_s)  # a program's imports and set-up: the device memory reserve runs meanwhile
 
 torch.manual_seed(0)
 dev = torch.device(kiln.DEVICE_NAME)
@@ -53,6 +56,7 @@ print(
             "store": c["executable_store"],
             "verdicts": c["stored_verdicts"],
             "first_calls": c["trace_flushes"].get("first call with these argument shapes", 0),
+            "warm_start": c["warm_start"],
         }
     )
 )
