@@ -4,8 +4,8 @@
 #include <cstdint>
 
 #include "engine/executable_store.h"
-#include "engine/memory_profile.h"
 #include "engine/plan_cache.h"
+#include "engine/warm_start.h"
 #include "kiln/engine.h"
 #include "kiln/metrics.h"
 
@@ -25,7 +25,7 @@ void publish_cache_counters() {
   static std::atomic<uint64_t> memory{0}, plans{0}, stored{0}, waited{0};
   add_growth(memory, executable_cache().evictions(), Counter::ExecutableCache, "evicted");
   add_growth(plans, plan_cache().evictions(), Counter::PlanCache, "evicted");
-  publish_memory_prefill_counters();
+  publish_warm_start_counters();
   if (const std::shared_ptr<cache::Store> s = store()) {
     const cache::Store::Counters c = s->counters();
     add_growth(stored, c.evicted, Counter::ExecutableStore, "evicted");

@@ -10,8 +10,8 @@
 #include <mutex>
 #include <set>
 
-#include "engine/memory_profile.h"
 #include "engine/stored_verdicts.h"
+#include "engine/warm_start.h"
 #include "kiln/log.h"
 #include "kiln/run_log.h"
 
@@ -108,7 +108,7 @@ void close_store(int timeout_ms) {
     s = std::move(g_store);
   }
   save_verdicts();
-  save_memory_profile();
+  save_warm_start();
   if (!s) return;
   s->flush(std::chrono::milliseconds(timeout_ms));
   // A write that failed during this last flush (a full disk) is still told:

@@ -11,9 +11,9 @@
 
 #include "engine/compiled_executable.h"
 #include "engine/executable_store.h"
-#include "engine/memory_profile.h"
 #include "engine/plan_cache.h"
 #include "engine/stored_verdicts.h"
+#include "engine/warm_start.h"
 #include "kiln/engine.h"
 #include "kiln/log.h"
 #include "kiln/metrics.h"
@@ -139,6 +139,26 @@ cache::Entry build(const fusion::PlannedKernel& pk, const std::string& name, con
 
 }  // namespace
 
+bool preload_kernel(const cache::Key& key) {
+  const std::shared_ptr<cache::Store> stored = store();
+  if (!stored) return false;
+  struct NotStored {};
+  try {
+    bool in_memory = false;
+    executable_cache().get_or_build(
+        key,
+        [&] {
+          std::optional<cache::Entry> e = load_stored(*stored, key, "kiln_" + key.hex());
+          if (!e) throw NotStored{};  // the slot is dropped: a flush that needs it compiles it
+          return std::move(*e);
+        },
+        &in_memory);
+    return !in_memory;
+  } catch (const NotStored&) {
+    return false;
+  }
+}
+
 void configure(const Options& options) {
   if (!options.dump_dir.empty()) {
     namespace fs = std::filesystem;
@@ -160,7 +180,7 @@ void configure(const Options& options) {
   open_verdicts(dir,
                 dir.empty() || options.verdict_identity.empty() ? "" : options.verdict_identity + ";" + fingerprint(),
                 options.cache_read_only);
-  open_memory_profile(dir, options.program, options.cache_read_only);
+  open_warm_start(dir, options.program, options.cache_read_only);
 }
 
 const Options& options() { return g_options; }
@@ -250,6 +270,7 @@ void flush(runtime::Device& dev, const trace::Trace& trace, std::string_view rea
         metrics.add(Counter::ExecutableCache, "hit");
       } else {
         const cache::Key key = cache::make_key(ir::serialize(pk.kernel), fingerprint());
+        note_kernel_used(key);
         PreparedPlan::Kernel& k = fresh->kernels[i];
         k.name = "kiln_" + key.hex();
         bool hit = false;

@@ -288,7 +288,7 @@ TEST(MemoryPool, ResetPeakStatsDropsPeaksToCurrent) {
 
 }  // namespace
 
-// What a warm start reserves ahead (engine/memory_profile.h): per size, the
+// What a warm start reserves ahead (engine/warm_start.h): per size, the
 // most blocks the program held at once, in order of first use.
 TEST(MemoryPool, NeededBlocksArePerSizePeaksInOrderOfFirstUse) {
   MemoryPool pool(0, 1 << 20);

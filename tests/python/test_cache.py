@@ -110,6 +110,10 @@ def corrupt_the_tables(tmp_path):
     """A cold run, a second writer session, then flipped bytes in every table file; the cold run's result."""
     cold, _ = train(tmp_path / "c")
     train(tmp_path / "c", "--variant", "2")  # a second writer session: the first batch is in a table file now
+    # Its kernel list would have the next run preload the variant's chain too:
+    # the tests count what a plain run loads and compiles.
+    for profile in (tmp_path / "c").glob("kernels-*.bin"):
+        profile.unlink()
     tables = sorted((tmp_path / "c" / "store").glob("*.sst"), key=lambda p: p.stat().st_size)
     assert tables, os.listdir(tmp_path / "c" / "store")
     for table in tables:
@@ -154,7 +158,7 @@ def test_the_store_stays_within_its_cap_and_keeps_the_most_recent(tmp_path):
     newest, _ = train(tmp_path / "c", "120", "--first", "110", env=env, script=CHAINS)
     assert newest["compiled"] == 0 and newest["store"]["hit"] > 0, newest  # the newest kernels were kept
     oldest, _ = train(tmp_path / "c", "10", env=env, script=CHAINS)
-    assert oldest["compiled"] > 0 and "hit" not in oldest["store"], oldest  # the oldest were evicted
+    assert oldest["compiled"] == 10, oldest  # the oldest were evicted: all ten compiled again
 
 
 def test_a_warm_start_skips_the_first_sight_checks(tmp_path):
@@ -212,44 +216,52 @@ def test_read_only_mode_uses_verdicts_and_never_writes_them(tmp_path):
     assert verdicts.read_bytes() == before
 
 
-def test_a_warm_start_finds_its_device_memory_reserved(tmp_path):
-    """The device memory a program's last run needed is reserved and paged in
-    while it starts (engine/memory_profile.h); its allocations take it."""
+def test_a_warm_start_finds_its_kernels_loaded_and_its_device_memory_reserved(tmp_path):
+    """What a program's last run needed is made ready while it starts
+    (engine/warm_start.h): its kernels loaded from the store, its device
+    memory reserved and paged in; its flushes and allocations take them."""
     cold, _ = train(tmp_path / "c")
-    assert cold["warm_start"].get("prefilled_bytes", 0) == 0
-    (profile,) = (tmp_path / "c").glob("memory-*.bin")
-    assert stat.S_IMODE(profile.stat().st_mode) == 0o600
+    assert cold["warm_start"] == {}
+    for kind in ("memory", "kernels"):
+        (profile,) = (tmp_path / "c").glob(f"{kind}-*.bin")
+        assert stat.S_IMODE(profile.stat().st_mode) == 0o600
     warm, _ = train(tmp_path / "c", "--idle-s", "1")
+    assert warm["warm_start"]["preloaded_kernels"] == cold["compiled"], warm["warm_start"]
+    assert warm["store"]["hit"] == cold["compiled"]  # each loaded once: by the preload
+    assert warm["compiled"] == 0
     assert warm["warm_start"]["prefilled_bytes"] > 0, warm["warm_start"]
     assert 0 < warm["warm_start"]["prefill_used_bytes"] <= warm["warm_start"]["prefilled_bytes"]
     assert same_results(cold, warm)
-    before = profile.read_bytes()
+    before = [p.read_bytes() for p in sorted((tmp_path / "c").glob("[mk]e*-*.bin"))]
     ro, _ = train(tmp_path / "c", "--idle-s", "1", "--variant", "3", env={"KILN_CACHE_READONLY": "1"})
-    assert ro["warm_start"]["prefilled_bytes"] > 0
-    assert profile.read_bytes() == before  # read-only: used, not saved
+    assert ro["warm_start"]["prefilled_bytes"] > 0 and ro["warm_start"]["preloaded_kernels"] > 0
+    assert [p.read_bytes() for p in sorted((tmp_path / "c").glob("[mk]e*-*.bin"))] == before  # used, not saved
     off, _ = train(tmp_path / "off", env={"KILN_CACHE": "0"})
     assert off["warm_start"] == {}
 
 
-def test_a_damaged_memory_profile_is_ignored_and_replaced(tmp_path):
+@pytest.mark.parametrize("kind", ["memory", "kernels"])
+def test_a_damaged_warm_start_file_is_ignored_and_replaced(tmp_path, kind):
     cold, _ = train(tmp_path / "c")
-    (profile,) = (tmp_path / "c").glob("memory-*.bin")
+    (profile,) = (tmp_path / "c").glob(f"{kind}-*.bin")
     data = bytearray(profile.read_bytes())
     data[-3] ^= 0x10
     profile.write_bytes(bytes(data))
     out, log = train(tmp_path / "c", "--idle-s", "0.5", env={"KILN_LOG": "cache"})
-    assert "memory profile" in log and "ignored: a checksum mismatch" in log, log[-2000:]
-    assert out["warm_start"].get("prefilled_bytes", 0) == 0
+    assert f"{kind} profile" in log and "ignored: a checksum mismatch" in log, log[-2000:]
+    counter = {"memory": "prefilled_bytes", "kernels": "preloaded_kernels"}[kind]
+    other = {"memory": "preloaded_kernels", "kernels": "prefilled_bytes"}[kind]
+    assert out["warm_start"].get(counter, 0) == 0 and out["warm_start"][other] > 0  # the other file is intact
     assert same_results(cold, out)
     again, _ = train(tmp_path / "c", "--idle-s", "1")
-    assert again["warm_start"]["prefilled_bytes"] > 0  # rewritten whole at the exit
+    assert again["warm_start"][counter] > 0  # rewritten whole at the exit
 
 
-def test_a_program_given_with_dash_c_keeps_no_memory_profile(tmp_path):
+def test_a_program_given_with_dash_c_keeps_no_warm_start_files(tmp_path):
     code = "import torch, kiln\nprint((torch.ones(1000, device=kiln.DEVICE_NAME) * 2).sum().item())\n"
     r = run_python(code, env={"KILN_CACHE_DIR": str(tmp_path / "c"), "KILN_MODE": "lazy"})
     assert r.returncode == 0, r.stderr
-    assert list((tmp_path / "c").glob("memory-*.bin")) == []
+    assert list((tmp_path / "c").glob("memory-*.bin")) == list((tmp_path / "c").glob("kernels-*.bin")) == []
 
 
 def test_cli_stats_list_verify_and_clear(tmp_path):

@@ -7,7 +7,7 @@
 //   torch version and CPU (engine/stored_verdicts.h);
 // - device memory (kRecordDeviceMemory): the blocks a program's device pool
 //   held at its last exit (key: the block's bytes, value: how many), for one
-//   program and device (engine/memory_profile.h), reserved again at the next
+//   program and device (engine/warm_start.h), reserved again at the next
 //   start before the program asks.
 //
 // No torch, no LLVM.
@@ -33,6 +33,7 @@ struct RecordKind {
 };
 
 inline constexpr RecordKind kRecordVerdicts{"verdicts", {'K', 'I', 'L', 'N', 'V', 'R', 'D', '\0'}, 1};
+inline constexpr RecordKind kRecordKernels{"kernels", {'K', 'I', 'L', 'N', 'K', 'R', 'N', '\0'}, 1};
 inline constexpr RecordKind kRecordDeviceMemory{"memory", {'K', 'I', 'L', 'N', 'M', 'E', 'M', '\0'}, 1};
 
 // The file of `kind` for `identity` in `dir`: <prefix>-<XXH3-64 of identity>.bin.
