@@ -146,7 +146,12 @@ size_t MemoryPool::prefill(const std::vector<BlockCount>& blocks, size_t max_byt
       if (ptr == nullptr) return reserved;
       auto* bytes = static_cast<volatile char*>(ptr);
       for (size_t at = 0; at < size; at += kPage) bytes[at] = 0;
+      bytes[size - 1] = 0;  // the block need not start a page: its last one too
       std::lock_guard<std::mutex> lock(mu_);
+      if (static_cast<size_t>(stats_.reserved_bytes) + size > capacity_ / 2) {
+        std::free(ptr);  // the program took the room meanwhile: reserved stays within the capacity
+        return reserved;
+      }
       cached_[size].push_back(ptr);
       prefilled_.emplace(ptr, size);
       stats_.reserved_bytes += static_cast<int64_t>(size);
