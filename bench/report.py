@@ -200,8 +200,10 @@ def warm_start_section(data, summary):
         "",
         "First step in a fresh process, ms, median over rounds (min-max). kiln lazy starts on an empty",
         "persistent store (cold); the warm contender starts on the store a priming kiln lazy process of",
-        "the same workload left (its kernels and first-sight verdicts). Ratios: eager CPU's first step over",
-        "kiln's, per round (>1x: kiln's first step is faster).",
+        "the same workload left (its kernels, its first-sight verdicts, and the kernels and device memory",
+        "its run needed, which a warm start loads and reserves on an idle-priority thread while the script",
+        "builds its model: docs/cache.md, \"Warm start\"). Ratios: eager CPU's first step over kiln's, per",
+        "round (>1x: kiln's first step is faster).",
         "",
         "| workload | eager CPU first | kiln cold first | kiln warm first | kiln steady step | warm vs CPU first |"
         " cold vs CPU first |",
