@@ -13,7 +13,10 @@ import kiln
 parser = argparse.ArgumentParser()
 parser.add_argument("lengths", type=int)
 parser.add_argument("--first", type=int, default=1)
+parser.add_argument("--announce", action="store_true", help="print 'started' once imported (the crash test)")
 args = parser.parse_args()
+if args.announce:
+    print("started", flush=True)
 
 x = torch.linspace(-1, 1, 64, device=kiln.DEVICE_NAME)
 total = 0.0
