@@ -80,6 +80,21 @@ std::shared_ptr<const Entry> MemoryCache::get_or_build(const Key& key, const std
   return slot->entry;
 }
 
+bool MemoryCache::contains(const Key& key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return slots_->find(key) != nullptr;
+}
+
+bool MemoryCache::insert_if_absent(const Key& key, Entry entry) {
+  auto slot = std::make_shared<Slot>();
+  slot->entry = std::make_shared<const Entry>(std::move(entry));
+  slot->done = true;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (slots_->find(key) != nullptr) return false;
+  slots_->insert(key, std::move(slot));
+  return true;
+}
+
 size_t MemoryCache::size() const {
   std::lock_guard<std::mutex> lock(mu_);
   return slots_->size();

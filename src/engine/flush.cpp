@@ -141,22 +141,12 @@ cache::Entry build(const fusion::PlannedKernel& pk, const std::string& name, con
 
 bool preload_kernel(const cache::Key& key) {
   const std::shared_ptr<cache::Store> stored = store();
-  if (!stored) return false;
-  struct NotStored {};
-  try {
-    bool in_memory = false;
-    executable_cache().get_or_build(
-        key,
-        [&] {
-          std::optional<cache::Entry> e = load_stored(*stored, key, "kiln_" + key.hex());
-          if (!e) throw NotStored{};  // the slot is dropped: a flush that needs it compiles it
-          return std::move(*e);
-        },
-        &in_memory);
-    return !in_memory;
-  } catch (const NotStored&) {
-    return false;
-  }
+  if (!stored || executable_cache().contains(key)) return false;
+  // Not through get_or_build: a flush waiting on this load must not receive
+  // its "not stored" as an error; it compiles the kernel itself then. A
+  // flush that builds the key meanwhile wins, and this load is dropped.
+  std::optional<cache::Entry> e = load_stored(*stored, key, "kiln_" + key.hex());
+  return e && executable_cache().insert_if_absent(key, std::move(*e));
 }
 
 void configure(const Options& options) {

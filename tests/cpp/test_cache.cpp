@@ -39,6 +39,26 @@ TEST(MemoryCache, BuildsOnceAndHitsAfter) {
   EXPECT_EQ(c.size(), 1u);
 }
 
+// A warm start's preload adds what it loaded only where no flush got there
+// first; a flush never waits on it (its "not stored" is no error of the key).
+TEST(MemoryCache, InsertIfAbsentKeepsWhatIsThereOrBeingBuilt) {
+  cache::MemoryCache c;
+  const cache::Key k = cache::make_key("k", "");
+  EXPECT_FALSE(c.contains(k));
+  cache::Entry preloaded;
+  preloaded.object = "preloaded";
+  EXPECT_TRUE(c.insert_if_absent(k, preloaded));
+  EXPECT_TRUE(c.contains(k));
+  bool hit = false;
+  auto e = c.get_or_build(k, [] { return cache::Entry{}; }, &hit);
+  EXPECT_TRUE(hit);
+  EXPECT_EQ(e->object, "preloaded");
+  cache::Entry again;
+  again.object = "again";
+  EXPECT_FALSE(c.insert_if_absent(k, again));
+  EXPECT_EQ(c.get_or_build(k, [] { return cache::Entry{}; })->object, "preloaded");
+}
+
 TEST(MemoryCache, ConcurrentMissesCompileOnce) {
   cache::MemoryCache c;
   std::atomic<int> builds{0};

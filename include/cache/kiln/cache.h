@@ -59,6 +59,11 @@ class MemoryCache {
   // key being built wait for it instead of compiling it again; if `build`
   // throws, the error reaches every waiter and the key stays absent.
   std::shared_ptr<const Entry> get_or_build(const Key& key, const std::function<Entry()>& build, bool* hit = nullptr);
+  // Whether `key` is present or being built.
+  bool contains(const Key& key) const;
+  // Adds `entry` for `key` unless the key is present or being built (a
+  // warm start's preload racing a flush): whether it was added.
+  bool insert_if_absent(const Key& key, Entry entry);
   size_t size() const;
   // Executables dropped to stay within the capacity, since the start.
   uint64_t evictions() const;
