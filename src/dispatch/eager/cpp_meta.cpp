@@ -22,11 +22,11 @@ Table build() {
   Table table;
   // The cast picks the overload of the meta function whose signature is the
   // operator's schema (at::meta::add has add, add_, add_out and add_outf).
-#define KILN_CPP_META(name, ops_struct, function)                                 \
+#define CPP_META_ENTRY(name, ops_struct, function)                                \
   table.emplace(parse(name), c10::KernelFunction::makeFromUnboxedRuntimeFunction( \
                                  static_cast<at::_ops::ops_struct::schema*>(&at::meta::function)));
 #include "dispatch/eager/cpp_meta_table.inc"
-#undef KILN_CPP_META
+#undef CPP_META_ENTRY
   return table;
 }
 
