@@ -30,6 +30,8 @@ Key make_key(std::string_view kernel_bytes, std::string_view fingerprint) {
   return {h.low64, h.high64};
 }
 
+Key kernel_identity(std::string_view kernel_bytes) { return make_key(kernel_bytes, ""); }
+
 struct MemoryCache::Slot {
   std::mutex mu;
   std::condition_variable cv;

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
@@ -22,30 +23,14 @@
 
 #include "kiln/cache_directory.h"
 #include "kiln/entry_format.h"
+#include "kiln/fingerprint_difference.h"
 #include "store_writer.h"
 
 namespace kiln::cache {
 namespace {
 
-// Keys are the 16 bytes of the 128-bit key, high word first, so that the
-// store's order is the hex order `list` prints.
-std::string db_key(const Key& k) {
-  std::string s(16, '\0');
-  for (int i = 0; i < 8; ++i) {
-    s[i] = static_cast<char>(k.high >> (56 - 8 * i));
-    s[8 + i] = static_cast<char>(k.low >> (56 - 8 * i));
-  }
-  return s;
-}
-
-Key key_of(std::string_view s) {
-  Key k;
-  for (int i = 0; i < 8; ++i) {
-    k.high = (k.high << 8) | static_cast<uint8_t>(s[i]);
-    k.low = (k.low << 8) | static_cast<uint8_t>(s[8 + i]);
-  }
-  return k;
-}
+using detail::key_bytes;
+using detail::key_of;
 
 // The marker's modification time in nanoseconds; 0 when it does not exist.
 int64_t mtime_ns(const std::string& path) {
@@ -92,8 +77,9 @@ struct Store::Impl {
 
   // ---- reading (any thread)
   std::mutex read_mu;
-  rocksdb::DB* reader = nullptr;   // the secondary instance; null until the database exists
-  int64_t caught_up_to = -1;       // marker time of the last open or catch-up
+  rocksdb::DB* reader = nullptr;                              // the secondary instance; null until the database exists
+  std::vector<rocksdb::ColumnFamilyHandle*> reader_families;  // default, then "kernels" if the store has it
+  int64_t caught_up_to = -1;                                  // marker time of the last open or catch-up
   bool reader_saw_damage = false;  // reopened once the writer wrote again (it rebuilds first)
 
   // ---- writing (the background writer)
@@ -118,7 +104,7 @@ struct Store::Impl {
     }
     wake.notify_all();
     if (writer.joinable()) writer.join();
-    delete reader;
+    close_reader();
     std::error_code ec;
     if (!reader_path.empty()) std::filesystem::remove_all(reader_path, ec);
   }
@@ -133,12 +119,28 @@ struct Store::Impl {
       reader_path = make_reader_dir();
       if (reader_path.empty()) return nullptr;
     }
+    // "kernels" too when it exists: a store written by an older kiln lacks it
+    // until its next write.
+    const rocksdb::Options options = detail::base_options();
+    std::vector<rocksdb::ColumnFamilyDescriptor> families{{rocksdb::kDefaultColumnFamilyName, options}};
+    std::vector<std::string> names;
+    if (rocksdb::DB::ListColumnFamilies(options, db_path, &names).ok() &&
+        std::find(names.begin(), names.end(), detail::kKernelsFamily) != names.end()) {
+      families.push_back({detail::kKernelsFamily, options});
+    }
     rocksdb::DB* db = nullptr;
-    if (rocksdb::DB::OpenAsSecondary(detail::base_options(), db_path, reader_path, &db).ok()) {
+    if (rocksdb::DB::OpenAsSecondary(options, db_path, reader_path, families, &reader_families, &db).ok()) {
       reader = db;
       caught_up_to = marker;
     }
     return reader;
+  }
+
+  void close_reader() {
+    for (rocksdb::ColumnFamilyHandle* h : reader_families) reader->DestroyColumnFamilyHandle(h);
+    reader_families.clear();
+    delete reader;
+    reader = nullptr;
   }
 
   // Sees what writers added since the secondary was opened. A reopen, not
@@ -147,9 +149,49 @@ struct Store::Impl {
   // Debian's build) once the writers have reopened a few times.
   // Caller holds read_mu.
   rocksdb::DB* reopen_reader() {
-    delete reader;
-    reader = nullptr;
+    close_reader();
     return ensure_reader();
+  }
+
+  // Why `key`, just found absent, is not stored: its own kernel record says
+  // it was evicted, or the same kernel is stored for another environment
+  // (the fields that differ from `fingerprint` in `detail`); else Absent.
+  static constexpr int kMaxRecordsRead = 16;  // environments of one kernel compared at most
+  Lookup why_absent(const std::string& key, const std::string& kernel, std::string_view fingerprint,
+                    std::string& detail) {
+    if (kernel.empty()) return Lookup::Absent;
+    std::lock_guard<std::mutex> lock(read_mu);
+    if (!reader || reader_families.size() < 2) return Lookup::Absent;
+    std::unique_ptr<rocksdb::Iterator> it(reader->NewIterator(rocksdb::ReadOptions(), reader_families[1]));
+    std::string closest;
+    size_t closest_fields = SIZE_MAX;
+    int read = 0;
+    for (it->Seek(kernel); it->Valid() && it->key().starts_with(kernel) && read < kMaxRecordsRead; it->Next(), ++read) {
+      const std::string other = it->key().ToString().substr(kernel.size());
+      if (other == key) {
+        if (it->value().size() != 8) continue;  // stored meanwhile: a new kernel as far as this lookup knows
+        int64_t at = 0;
+        std::memcpy(&at, it->value().data(), 8);
+        detail = "evicted " + std::to_string(std::max<int64_t>(0, std::time(nullptr) - at)) +
+                 " s ago, the least recently used past the size cap";
+        return Lookup::Evicted;
+      }
+      std::string value;
+      StoredEntry e;
+      if (!it->value().empty() || !reader->Get(rocksdb::ReadOptions(), other, &value).ok() ||
+          !decode_entry(value, e).empty()) {
+        continue;  // evicted or gone: nothing to compare with
+      }
+      std::string difference = fingerprint_difference(e.fingerprint, fingerprint);
+      const size_t fields = static_cast<size_t>(std::count(difference.begin(), difference.end(), ';'));
+      if (!difference.empty() && fields < closest_fields) {
+        closest = std::move(difference);
+        closest_fields = fields;
+      }
+    }
+    if (closest.empty()) return Lookup::Absent;
+    detail = std::move(closest);
+    return Lookup::OtherEnvironment;
   }
 
   // OK with the value, NotFound, or what RocksDB met instead (its own block
@@ -310,11 +352,15 @@ Store::Counters Store::counters() const {
   return {impl_->evicted.load(std::memory_order_relaxed), impl_->lock_wait_us.load(std::memory_order_relaxed)};
 }
 
-StoreLookupResult Store::get(const Key& key, std::string_view fingerprint) {
+StoreLookupResult Store::get(const Key& key, std::string_view fingerprint, const Key& kernel) {
   StoreLookupResult r;
   std::string value;
-  const rocksdb::Status s = impl_->read(db_key(key), value);
-  if (s.IsNotFound()) return r;
+  const std::string raw = key_bytes(key);
+  const rocksdb::Status s = impl_->read(raw, value);
+  if (s.IsNotFound()) {
+    r.outcome = impl_->why_absent(raw, detail::kernel_bytes(kernel), fingerprint, r.detail);
+    return r;
+  }
   StoredEntry e;
   r.problem = s.ok() ? check_entry(value, key, fingerprint, e) : s.ToString();
   if (!r.problem.empty()) {
@@ -329,24 +375,26 @@ StoreLookupResult Store::get(const Key& key, std::string_view fingerprint) {
   return r;
 }
 
-void Store::put(const Key& key, std::string_view fingerprint, std::string object, double compile_ms) {
+void Store::put(const Key& key, std::string_view fingerprint, std::string object, double compile_ms,
+                const Key& kernel) {
   if (impl_->read_only) return;
   StoredEntry e;
   e.key = key;
+  e.kernel = kernel;
   e.fingerprint.assign(fingerprint);
   e.object = std::move(object);
   e.compile_ms = compile_ms;
   e.written_unix_s = static_cast<int64_t>(std::time(nullptr));
-  impl_->enqueue({detail::Change::Put, db_key(key), encode_entry(e)});
+  impl_->enqueue({detail::Change::Put, key_bytes(key), encode_entry(e), detail::kernel_bytes(kernel)});
   impl_->used_now(key);  // a put is a use: no touch for it within the interval
 }
 
 void Store::touch(const Key& key) {
-  if (!impl_->read_only && impl_->used_now(key)) impl_->enqueue({detail::Change::Touch, db_key(key), ""});
+  if (!impl_->read_only && impl_->used_now(key)) impl_->enqueue({detail::Change::Touch, key_bytes(key), ""});
 }
 
 void Store::discard(const Key& key) {
-  if (!impl_->read_only) impl_->enqueue({detail::Change::Delete, db_key(key), ""});
+  if (!impl_->read_only) impl_->enqueue({detail::Change::Delete, key_bytes(key), ""});
 }
 
 bool Store::flush(std::chrono::milliseconds timeout) {
@@ -427,7 +475,7 @@ std::string Store::put_encoded(std::string value) {
   StoredEntry e;
   std::string problem = decode_entry(value, e);
   if (!problem.empty()) return problem;
-  impl_->enqueue({detail::Change::Put, db_key(e.key), std::move(value)});
+  impl_->enqueue({detail::Change::Put, key_bytes(e.key), std::move(value), detail::kernel_bytes(e.kernel)});
   impl_->used_now(e.key);
   return "";
 }
@@ -438,6 +486,7 @@ size_t Store::clear() {
   if (impl_->read_only) return 0;
   const std::vector<StoreListing> all = list("");
   for (const StoreListing& l : all) discard(l.key);
+  impl_->enqueue({detail::Change::ForgetEvictions, "", ""});
   return all.size();
 }
 

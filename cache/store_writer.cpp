@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <memory>
 #include <random>
@@ -47,6 +48,32 @@ bool read_u64_pair(const std::string& s, uint64_t& a, uint64_t& b) {
   return true;
 }
 
+// An entry's bookkeeping in "meta": its tick and size, then its kernel
+// identity's 16 bytes when known (a store of an older kiln has 16-byte
+// records without it).
+struct EntryMeta {
+  uint64_t tick = 0, bytes = 0;
+  std::string kernel;
+};
+
+std::string encode_meta(const EntryMeta& m) { return u64_pair(m.tick, m.bytes) + m.kernel; }
+
+bool decode_meta(const std::string& s, EntryMeta& m) {
+  if (s.size() != 16 && s.size() != 16 + kEntryKeyBytes) return false;
+  read_u64_pair(s.substr(0, 16), m.tick, m.bytes);
+  m.kernel = s.substr(16);
+  return true;
+}
+
+std::string kernel_record(const std::string& kernel, const std::string& key) { return kernel + key; }
+
+std::string unix_seconds_now() {
+  std::string s(8, '\0');
+  const auto now = static_cast<uint64_t>(std::time(nullptr));
+  std::memcpy(s.data(), &now, 8);
+  return s;
+}
+
 // Big-endian, so that RocksDB's byte order is the ticks' order.
 std::string lru_key(uint64_t tick, const std::string& key) {
   std::string s(8, '\0');
@@ -77,7 +104,7 @@ uint64_t next_tick() {
 
 std::vector<rocksdb::ColumnFamilyDescriptor> families() {
   rocksdb::ColumnFamilyOptions cf(base_options());
-  return {{rocksdb::kDefaultColumnFamilyName, cf}, {kLru, cf}, {kMeta, cf}};
+  return {{rocksdb::kDefaultColumnFamilyName, cf}, {kLru, cf}, {kMeta, cf}, {kKernelsFamily, cf}};
 }
 
 // One read-write hold of the database, with its accounting.
@@ -89,7 +116,7 @@ class Session {
     std::minstd_rand jitter(static_cast<unsigned>(::getpid()));
     rocksdb::Options o = base_options();
     o.create_if_missing = true;
-    o.create_missing_column_families = true;  // a store of format 1 had the entries only
+    o.create_missing_column_families = true;  // older stores lack "lru", "meta" or "kernels"
     for (int attempt = 0;; ++attempt) {
       rocksdb::Status s = rocksdb::DB::Open(o, path, families(), &cf_, &db_);
       if (s.ok()) return load_totals();
@@ -107,18 +134,20 @@ class Session {
 
   // Applies one change at `tick`.
   void apply(const Pending& p, uint64_t tick) {
-    uint64_t old_tick = 0, old_bytes = 0;
-    const bool had = meta_of(p.key, old_tick, old_bytes);
-    if (had && (p.change != Change::Touch || old_tick < tick)) forget(p.key, old_tick, old_bytes);
+    if (p.change == Change::ForgetEvictions) return forget_evictions();
+    EntryMeta old;
+    const bool had = meta_of(p.key, old);
+    if (had && (p.change != Change::Touch || old.tick < tick)) forget(p.key, old);
     switch (p.change) {
       case Change::Put:
         batch_.Put(cf_[0], p.key, p.value);
-        remember(p.key, tick, p.value.size());
+        remember(p.key, {tick, p.value.size(), p.kernel});
         break;
       case Change::Delete: batch_.Delete(cf_[0], p.key); break;
       case Change::Touch:
-        if (had && old_tick < tick) remember(p.key, tick, old_bytes);
+        if (had && old.tick < tick) remember(p.key, {tick, old.bytes, old.kernel});
         break;
+      case Change::ForgetEvictions: break;
     }
   }
 
@@ -136,9 +165,9 @@ class Session {
       for (const std::string& record : oldest) {
         if (total_bytes_ <= max_bytes) break;
         const std::string key = record.substr(8);
-        uint64_t tick = 0, bytes = 0;
-        if (meta_of(key, tick, bytes) && tick == tick_of(record)) {
-          forget(key, tick, bytes);
+        EntryMeta m;
+        if (meta_of(key, m) && m.tick == tick_of(record)) {
+          forget(key, m, /*evicted=*/true);
           batch_.Delete(cf_[0], key);
           ++evicted;
         } else {
@@ -172,21 +201,41 @@ class Session {
   }
 
  private:
-  bool meta_of(const std::string& key, uint64_t& tick, uint64_t& bytes) {
+  bool meta_of(const std::string& key, EntryMeta& m) {
     std::string v;
-    return batch_.GetFromBatchAndDB(db_, rocksdb::ReadOptions(), cf_[2], key, &v).ok() && read_u64_pair(v, tick, bytes);
+    return batch_.GetFromBatchAndDB(db_, rocksdb::ReadOptions(), cf_[2], key, &v).ok() && decode_meta(v, m);
   }
-  void forget(const std::string& key, uint64_t tick, uint64_t bytes) {
-    batch_.Delete(cf_[1], lru_key(tick, key));
+  // An evicted entry leaves its kernel record, with the time, so that a
+  // later miss of its key can say "evicted".
+  void forget(const std::string& key, const EntryMeta& m, bool evicted = false) {
+    batch_.Delete(cf_[1], lru_key(m.tick, key));
     batch_.Delete(cf_[2], key);
-    total_bytes_ -= std::min(total_bytes_, bytes);
+    if (!m.kernel.empty()) {
+      if (evicted) {
+        batch_.Put(cf_[3], kernel_record(m.kernel, key), unix_seconds_now());
+      } else {
+        batch_.Delete(cf_[3], kernel_record(m.kernel, key));
+      }
+    }
+    total_bytes_ -= std::min(total_bytes_, m.bytes);
     count_ -= count_ > 0;
   }
-  void remember(const std::string& key, uint64_t tick, uint64_t bytes) {
-    batch_.Put(cf_[2], key, u64_pair(tick, bytes));
-    batch_.Put(cf_[1], lru_key(tick, key), "");
-    total_bytes_ += bytes;
+  void remember(const std::string& key, const EntryMeta& m) {
+    batch_.Put(cf_[2], key, encode_meta(m));
+    batch_.Put(cf_[1], lru_key(m.tick, key), "");
+    if (!m.kernel.empty()) batch_.Put(cf_[3], kernel_record(m.kernel, key), "");
+    total_bytes_ += m.bytes;
     ++count_;
+  }
+  void forget_evictions() {
+    std::vector<std::string> doomed;  // read first: the batch is not changed under its iterator
+    {
+      std::unique_ptr<rocksdb::Iterator> it(
+          batch_.NewIteratorWithBase(cf_[3], db_->NewIterator(rocksdb::ReadOptions(), cf_[3])));
+      for (it->SeekToFirst(); it->Valid(); it->Next())
+        if (!it->value().empty()) doomed.push_back(it->key().ToString());
+    }
+    for (const std::string& record : doomed) batch_.Delete(cf_[3], record);
   }
 
   // The totals, or, for a store that has none (format 1, or rebuilt), the
@@ -205,20 +254,40 @@ class Session {
         batch_.Delete(cf_[0], key);
         continue;
       }
-      remember(key, static_cast<uint64_t>(e.written_unix_s) * 1000000, it->value().size());
+      remember(key, {static_cast<uint64_t>(e.written_unix_s) * 1000000, it->value().size(), kernel_bytes(e.kernel)});
     }
     if (!it->status().ok()) return it->status();
     return write();
   }
 
   rocksdb::DB* db_ = nullptr;
-  std::vector<rocksdb::ColumnFamilyHandle*> cf_;  // default, lru, meta
+  std::vector<rocksdb::ColumnFamilyHandle*> cf_;  // default, lru, meta, kernels
   rocksdb::WriteBatchWithIndex batch_{rocksdb::BytewiseComparator(), 0, /*overwrite_key=*/true};
   uint64_t total_bytes_ = 0, count_ = 0;
   uint64_t lock_wait_us_ = 0;
 };
 
 }  // namespace
+
+std::string key_bytes(const Key& k) {
+  std::string s(16, '\0');
+  for (int i = 0; i < 8; ++i) {
+    s[i] = static_cast<char>(k.high >> (56 - 8 * i));
+    s[8 + i] = static_cast<char>(k.low >> (56 - 8 * i));
+  }
+  return s;
+}
+
+std::string kernel_bytes(const Key& kernel) { return kernel == Key{} ? "" : key_bytes(kernel); }
+
+Key key_of(std::string_view s) {
+  Key k;
+  for (int i = 0; i < 8; ++i) {
+    k.high = (k.high << 8) | static_cast<uint8_t>(s[i]);
+    k.low = (k.low << 8) | static_cast<uint8_t>(s[8 + i]);
+  }
+  return k;
+}
 
 rocksdb::Options base_options() {
   rocksdb::Options o;
@@ -299,7 +368,7 @@ std::string rebuild_damaged(const std::string& db_path, const std::function<bool
         ++lost;
         return;
       }
-      slice.push_back({Change::Put, key, std::move(value)});
+      slice.push_back({Change::Put, key, std::move(value), kernel_bytes(e.kernel)});
       ++kept;
       if (slice.size() == 64) write_slice();
     };

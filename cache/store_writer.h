@@ -4,10 +4,14 @@
 // by store.cpp's background writer only.
 //
 // Column families: "default" holds the entries (16-byte key -> entry_format
-// value), which is all a reader opens; "lru" holds one empty record per entry
-// under (8-byte big-endian tick, key), so the oldest entry is the first record;
-// "meta" holds per key its tick and size, and under "total" the store's entry
-// bytes and count. An entry used again gets a new tick: its old record is
+// value); "lru" holds one empty record per entry under (8-byte big-endian
+// tick, key), so the oldest entry is the first record; "meta" holds per key
+// its tick, size and kernel identity, and under "total" the store's entry
+// bytes and count; "kernels" holds per (kernel identity, key) an empty
+// record while the entry is stored, and its eviction time (8 bytes, unix
+// seconds) once it was evicted. Readers open "default" and "kernels" (a
+// miss's reason: the same kernel stored for another environment, or this
+// key evicted). An entry used again gets a new tick: its old record is
 // deleted in the same batch. Eviction walks "lru" from the start and stops as
 // soon as the store fits, so a write never rescans the store.
 #pragma once
@@ -17,21 +21,36 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include "kiln/cache.h"
 
 namespace kiln::cache::detail {
 
 rocksdb::Options base_options();
 
+// A key as the database holds it: its 16 bytes, high word first, so that the
+// store's order is the hex order `list` prints. A kernel identity of {0, 0}
+// (unknown: an entry of format 1) is "".
+std::string key_bytes(const Key& key);
+std::string kernel_bytes(const Key& kernel);
+Key key_of(std::string_view bytes);  // from 16 bytes
+
+// The column family of kernel records.
+constexpr const char* kKernelsFamily = "kernels";
+
 enum class Change {
-  Put,     // a new entry
-  Delete,  // an entry found bad
-  Touch,   // an entry used by a reader: now the most recently used
+  Put,              // a new entry
+  Delete,           // an entry found bad
+  Touch,            // an entry used by a reader: now the most recently used
+  ForgetEvictions,  // `cache clear`: the records of evicted entries go too
 };
 
 struct Pending {
   Change change;
-  std::string key, value;  // value: Put only
+  std::string key, value;   // value: Put only
+  std::string kernel = "";  // Put: the 16-byte kernel identity, or "" when unknown (format 1)
 };
 
 struct BatchOutcome {

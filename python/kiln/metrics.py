@@ -38,7 +38,9 @@ def counters():
     - bytes_reused: bytes of outputs that took memory only a pending trace still held ("held by a trace":
       an input its owner freed after recording its last use; eager mode would have reused it too).
     - executable_store: lookups in the persistent cache (KILN_CACHE_DIR) of kernels this process had
-      not in memory: hit, miss (a new kernel), corrupt (an entry that failed its checks: deleted and
+      not in memory: hit; the misses by reason: miss (a new kernel), miss (evicted) (stored once, evicted
+      past KILN_CACHE_MAX_MB), miss (other environment) (the same kernel stored for another fingerprint:
+      KILN_LOG=cache names the fields), corrupt (an entry that failed its checks: deleted and
       recompiled), load failed (an intact entry whose object did not load: deleted and recompiled);
       evicted (entries this process's writer evicted to stay within KILN_CACHE_MAX_MB).
     - store_time: microseconds, not counts: load_us (store hits' lookups and loads), compile_saved_us

@@ -60,17 +60,40 @@ void dump(const std::string& name, const ir::Kernel& k, const codegen::CompiledO
   std::ofstream(dir / (name + ".o"), std::ios::binary) << obj.object;
 }
 
+// A miss's metric label and KILN_LOG=cache reason; null for a hit or a
+// corrupt entry (told on their own).
+const char* miss_label(cache::Lookup outcome) {
+  switch (outcome) {
+    case cache::Lookup::Absent: return "miss";
+    case cache::Lookup::Evicted: return "miss (evicted)";
+    case cache::Lookup::OtherEnvironment: return "miss (other environment)";
+    case cache::Lookup::Hit:
+    case cache::Lookup::Corrupt: return nullptr;
+  }
+  return nullptr;
+}
+
+std::string miss_reason(const cache::StoreLookupResult& found, bool kernel_known) {
+  switch (found.outcome) {
+    case cache::Lookup::Evicted: return found.detail;
+    case cache::Lookup::OtherEnvironment: return "built for another environment: " + found.detail;
+    default: return kernel_known ? "a new kernel" : "not stored";
+  }
+}
+
 // A kernel from the persistent store, loaded: no compile. Null on a miss,
 // and for an entry that fails its checks or does not load (deleted there,
-// then compiled again by the caller).
-std::optional<cache::Entry> load_stored(cache::Store& store, const cache::Key& key, const std::string& name) {
+// then compiled again by the caller). `kernel`: the kernel's identity, for a
+// miss's reason ({0, 0} when unknown: a warm start's preload).
+std::optional<cache::Entry> load_stored(cache::Store& store, const cache::Key& key, const std::string& name,
+                                        const cache::Key& kernel) {
   const auto start = std::chrono::steady_clock::now();
   Metrics& metrics = Metrics::global();
-  cache::StoreLookupResult found = store.get(key, fingerprint());
-  if (found.outcome == cache::Lookup::Absent) {
-    metrics.add(Counter::ExecutableStore, "miss");
+  cache::StoreLookupResult found = store.get(key, fingerprint(), kernel);
+  if (const char* label = miss_label(found.outcome)) {
+    metrics.add(Counter::ExecutableStore, label);
     count_run_event(RunEvent::StoreMiss);
-    if (log_enabled("cache")) log("cache", name + ": miss (a new kernel)");
+    if (log_enabled("cache")) log("cache", name + ": miss (" + miss_reason(found, !(kernel == cache::Key{})) + ")");
     return std::nullopt;
   }
   if (found.outcome == cache::Lookup::Corrupt) {
@@ -106,8 +129,9 @@ std::optional<cache::Entry> load_stored(cache::Store& store, const cache::Key& k
 cache::Entry build(const fusion::PlannedKernel& pk, const std::string& name, const cache::Key& key) {
   const TimeScope timing(TimeCategory::Compile);  // the warm-up it waits for, the compile and the load
   const std::shared_ptr<cache::Store> stored = store();
+  const cache::Key kernel = stored ? cache::kernel_identity(ir::serialize(pk.kernel)) : cache::Key{};
   if (stored) {
-    if (std::optional<cache::Entry> e = load_stored(*stored, key, name)) return std::move(*e);
+    if (std::optional<cache::Entry> e = load_stored(*stored, key, name, kernel)) return std::move(*e);
   }
   const bool want_ir = !g_options.dump_dir.empty();
   wait_for_compiler_warm_up();
@@ -132,7 +156,7 @@ cache::Entry build(const fusion::PlannedKernel& pk, const std::string& name, con
   cache::Entry e;
   e.compile_ms = obj.compile_ms;
   e.executable = std::make_shared<CompiledExecutable>(name, codegen::load(obj.object, name), pool());
-  if (stored) stored->put(key, fingerprint(), obj.object, obj.compile_ms);
+  if (stored) stored->put(key, fingerprint(), obj.object, obj.compile_ms, kernel);
   e.object = std::move(obj.object);
   return e;
 }
@@ -145,7 +169,7 @@ bool preload_kernel(const cache::Key& key) {
   // Not through get_or_build: a flush waiting on this load must not receive
   // its "not stored" as an error; it compiles the kernel itself then. A
   // flush that builds the key meanwhile wins, and this load is dropped.
-  std::optional<cache::Entry> e = load_stored(*stored, key, "kiln_" + key.hex());
+  std::optional<cache::Entry> e = load_stored(*stored, key, "kiln_" + key.hex(), cache::Key{});
   return e && executable_cache().insert_if_absent(key, std::move(*e));
 }
 

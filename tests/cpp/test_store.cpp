@@ -13,6 +13,8 @@
 #include <string>
 #include <thread>
 
+#include <xxhash.h>
+
 #include "kiln/cache_directory.h"
 #include "kiln/entry_format.h"
 #include "kiln/store.h"
@@ -28,6 +30,7 @@ namespace {
 cache::StoredEntry sample_entry() {
   cache::StoredEntry e;
   e.key = cache::make_key("kernel", "fp");
+  e.kernel = cache::kernel_identity("kernel");
   e.fingerprint = "kiln-codegen-7;llvm=19.1.7;cpu=znver4";
   e.object = std::string(
                  "\x7f"
@@ -46,7 +49,27 @@ TEST(EntryFormat, RoundTripsEveryField) {
   cache::StoredEntry back;
   EXPECT_EQ(cache::decode_entry(cache::encode_entry(e), back), "");
   EXPECT_EQ(back.key, e.key);
+  EXPECT_EQ(back.kernel, e.kernel);
   EXPECT_EQ(back.fingerprint, e.fingerprint);
+  EXPECT_EQ(back.object, e.object);
+  EXPECT_EQ(back.compile_ms, e.compile_ms);
+  EXPECT_EQ(back.written_unix_s, e.written_unix_s);
+}
+
+// An entry of format 1 (an older kiln's: no kernel identity) still reads.
+TEST(EntryFormat, AnEntryOfFormatOneStillReads) {
+  cache::StoredEntry e = sample_entry();
+  std::string v2 = cache::encode_entry(e);
+  // Format 1: the same fields without the 16 bytes of kernel identity after
+  // the key (at 32), with its own checksum.
+  std::string v1 = v2.substr(0, 32) + v2.substr(48, v2.size() - 48 - 8);
+  v1[8] = 1;
+  const uint64_t sum = XXH3_64bits(v1.data(), v1.size());
+  v1.append(reinterpret_cast<const char*>(&sum), 8);
+  cache::StoredEntry back;
+  ASSERT_EQ(cache::decode_entry(v1, back), "");
+  EXPECT_EQ(back.key, e.key);
+  EXPECT_EQ(back.kernel, cache::Key{});
   EXPECT_EQ(back.object, e.object);
   EXPECT_EQ(back.compile_ms, e.compile_ms);
   EXPECT_EQ(back.written_unix_s, e.written_unix_s);

@@ -99,9 +99,14 @@ def test_read_only_mode_serves_hits_and_never_writes(tmp_path):
 
 def test_a_code_shaping_knob_misses(tmp_path):
     cold, _ = train(tmp_path / "c")
-    fast, _ = train(tmp_path / "c", env={"KILN_FAST_MATH": "1"})
+    fast, log = train(tmp_path / "c", env={"KILN_FAST_MATH": "1", "KILN_LOG": "cache"})
     assert fast["store"].get("hit", 0) == 0
     assert fast["compiled"] == cold["compiled"]
+    # Each miss says why: the same kernel is stored, built with another value of the knob.
+    assert fast["store"] == {"miss (other environment)": cold["compiled"]}, fast["store"]
+    reasons = [line for line in log.splitlines() if ": miss (" in line]
+    assert len(reasons) == cold["compiled"], log[-3000:]
+    assert all("built for another environment: fast_math: '0' there, '1' here" in line for line in reasons), reasons
     both, _ = train(tmp_path / "c", env={"KILN_FAST_MATH": "1"})
     assert both["compiled"] == 0
 
@@ -157,8 +162,10 @@ def test_the_store_stays_within_its_cap_and_keeps_the_most_recent(tmp_path):
     assert entries + cold["store"]["evicted"] == cold["compiled"]
     newest, _ = train(tmp_path / "c", "120", "--first", "110", env=env, script=CHAINS)
     assert newest["compiled"] == 0 and newest["store"]["hit"] > 0, newest  # the newest kernels were kept
-    oldest, _ = train(tmp_path / "c", "10", env=env, script=CHAINS)
+    oldest, log = train(tmp_path / "c", "10", env={**env, "KILN_LOG": "cache"}, script=CHAINS)
     assert oldest["compiled"] == 10, oldest  # the oldest were evicted: all ten compiled again
+    assert oldest["store"].get("miss (evicted)") == 10, oldest  # and each miss says so
+    assert sum("s ago, the least recently used past the size cap)" in line for line in log.splitlines()) == 10, log
 
 
 def test_a_warm_start_skips_the_first_sight_checks(tmp_path):

@@ -35,6 +35,10 @@ struct KeyHash {
 };
 
 Key make_key(std::string_view kernel_bytes, std::string_view fingerprint);
+// The kernel alone, without the environment: the same in every environment
+// that builds it. Never a key of code (a store entry records it so that a
+// miss can find the same kernel built for another environment and say why).
+Key kernel_identity(std::string_view kernel_bytes);
 
 struct Entry {
   std::string object;  // relocatable object bytes

@@ -33,8 +33,10 @@ struct StoreOptions {
 
 enum class Lookup {
   Hit,
-  Absent,   // no entry under this key: a new kernel
-  Corrupt,  // an entry that failed its checks: counted, deleted, recompiled
+  Absent,            // no entry under this key, and none of its kernel elsewhere: a new kernel
+  Evicted,           // this key was stored, and evicted past the size cap
+  OtherEnvironment,  // the same kernel is stored, built for another environment
+  Corrupt,           // an entry that failed its checks: counted, deleted, recompiled
 };
 
 struct StoreLookupResult {
@@ -42,6 +44,7 @@ struct StoreLookupResult {
   std::string object;     // on a hit
   double compile_ms = 0;  // on a hit: what the entry cost to build
   std::string problem;    // on Corrupt: what was wrong
+  std::string detail;     // on Evicted: when; on OtherEnvironment: the fingerprint fields that differ
 };
 
 // One entry as `list` and `verify` see it.
@@ -64,10 +67,14 @@ class Store {
   Store& operator=(const Store&) = delete;
 
   // Looks `key` up; an entry must carry `key` and `fingerprint` and pass its
-  // checksum to count as a hit. Thread-safe.
-  StoreLookupResult get(const Key& key, std::string_view fingerprint);
+  // checksum to count as a hit. A miss with the key's `kernel` identity
+  // (cache::kernel_identity) says why: Evicted, OtherEnvironment or Absent;
+  // without it ({0, 0}), Absent. Thread-safe.
+  StoreLookupResult get(const Key& key, std::string_view fingerprint, const Key& kernel = {});
   // Queues an entry for the background writer; no-op in read-only mode.
-  void put(const Key& key, std::string_view fingerprint, std::string object, double compile_ms);
+  // `kernel`: the kernel's identity, which lets another environment's miss
+  // of the same kernel say what differed ({0, 0}: not recorded).
+  void put(const Key& key, std::string_view fingerprint, std::string object, double compile_ms, const Key& kernel = {});
   // A use of an entry this process already holds in memory: it becomes the
   // most recently used in the store's LRU order (a queued touch, at most
   // once a second per key; get's hits and put count as uses too). No-op in
