@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import kiln
-from conftest import DEVICE, rerun_with_launch_blocking, sync
+from conftest import DEVICE, rerun_with_launch_blocking, run_python, sync
 
 
 def on(device, make):
@@ -96,6 +96,33 @@ def test_changing_float_scalars_are_one_case(dev):
         assert sum(c["sync_points"].values()) == 1, c["sync_points"]
     finally:
         kiln.set_mode(previous)
+
+
+NEW_LENGTHS = """
+import torch, kiln
+w = torch.randn(16, 24)
+w_dev = w.to(kiln.DEVICE_NAME)
+
+def first_calls(lengths):
+    kiln.metrics.reset()
+    for n in lengths:
+        a = torch.randn(n, 16)
+        torch.testing.assert_close((a.to(kiln.DEVICE_NAME) @ w_dev).cpu(), a @ w)
+    return kiln.metrics.counters()["sync_points"].get("first call with these argument shapes", 0)
+
+print(first_calls(range(33, 41)), first_calls(range(41, 50)), first_calls([1]), first_calls([24]))
+"""
+
+
+@pytest.mark.parametrize("run_mode", ["lazy", "eager"])
+def test_a_new_length_is_not_a_new_case(run_mode):
+    """A case is the arguments' pattern, not their sizes: variable-length
+    inputs are checked once, at their first length. A size that becomes 1
+    (a broadcast) or equal to another size is a new pattern, checked again.
+    mm runs as a library kernel: its first call of a case runs on the host."""
+    r = run_python(NEW_LENGTHS, env={"KILN_MODE": run_mode, "KILN_CACHE": "0"})  # no verdicts of other processes
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == ["1", "0", "1", "1"], r.stdout
 
 
 def test_first_call_of_a_traced_op_is_checked_without_a_sync(dev):

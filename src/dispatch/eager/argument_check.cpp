@@ -60,7 +60,7 @@ int64_t bits_of(double d) {
 
 }  // namespace
 
-uint64_t argument_case(uint64_t argument_shapes, const torch::jit::Stack& stack, size_t first) {
+uint64_t argument_case(uint64_t argument_pattern, const torch::jit::Stack& stack, size_t first) {
   DTypes dtypes;
   for (size_t i = first; i < stack.size(); ++i) {
     for_each_tensor(stack[i], [&](const at::Tensor& t) {
@@ -69,7 +69,7 @@ uint64_t argument_case(uint64_t argument_shapes, const torch::jit::Stack& stack,
       }
     });
   }
-  uint64_t h = argument_shapes;
+  uint64_t h = argument_pattern;
   auto mix = [&](uint64_t position, int64_t value) {
     h = (h ^ position) * 1099511628211ull;
     h = (h ^ static_cast<uint64_t>(value)) * 1099511628211ull;

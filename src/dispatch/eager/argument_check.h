@@ -8,6 +8,15 @@
 // thread: on the host (library kernels), or, for ops recorded into a lazy
 // trace, whose inputs may not exist yet, on zero-filled twins of the
 // arguments. Its verdict then holds for every later call of the case.
+//
+// A case is the arguments' pattern, not their sizes (shape_inference.h's
+// argument_pattern): which sizes and strides are 0, 1, or equal to each
+// other, with the dtypes, ranks, flags and integer arguments. A CPU kernel's
+// checks compare sizes with each other and with 0 and 1 (broadcasting, a
+// matmul's inner dimensions, an empty input); so a sequence of a new length
+// is not checked again. What compares sizes by magnitude (a kernel larger
+// than its input) is the meta kernel's to raise, and it runs for every new
+// size.
 #pragma once
 
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -18,11 +27,11 @@
 
 namespace kiln::dispatch {
 
-// The case a call belongs to: `argument_shapes` (shape_inference.h), and
+// The case a call belongs to: `argument_pattern` (shape_inference.h), and
 // the values of the scalars that do not fit every dtype of the call's
 // tensors (a fill_(1e20) of a half tensor raises; the changing learning
 // rate of an optimizer step is one case).
-uint64_t argument_case(uint64_t argument_shapes, const torch::jit::Stack& stack, size_t first);
+uint64_t argument_case(uint64_t argument_pattern, const torch::jit::Stack& stack, size_t first);
 
 // Runs the op's CPU kernel on zero-filled host twins of stack[first..]
 // (same sizes, strides, offsets, dtypes and storage sharing; a throwaway

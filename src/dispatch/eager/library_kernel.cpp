@@ -380,11 +380,11 @@ void launch_library_kernel(Call& call, Outputs&& outputs) {
   call.set_results(std::move(outputs));
 }
 
-// The call's argument case (argument_check.h): its exact argument shapes
-// when the shape key describes them (`exact`), else its dtypes and ranks,
-// with the values of scalars that do not fit every dtype of the call.
+// The call's argument case (argument_check.h): its argument pattern when
+// the shape key describes the arguments (`exact`), else its dtypes and
+// ranks, with the values of scalars that do not fit every dtype of the call.
 uint64_t call_case(const Call& call, const InferredShapes& shapes, bool exact) {
-  return argument_case(exact ? shapes.argument_shapes : argument_signature(call.stack, call.first), call.stack,
+  return argument_case(exact ? shapes.argument_pattern : argument_signature(call.stack, call.first), call.stack,
                        call.first);
 }
 

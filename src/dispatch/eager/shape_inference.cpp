@@ -1,6 +1,7 @@
 #include "dispatch/eager/shape_inference.h"
 
 #include <cstring>
+#include <limits>
 
 #include "dispatch/eager/cpp_meta.h"
 #include "dispatch/eager/tensor_alias.h"
@@ -63,7 +64,29 @@ enum Tag : int64_t {
   kAlias
 };
 
-void add_tensor(ShapeKey& key, const at::Tensor& t, bool written = false) {
+// Tensor sizes, strides and offsets, and integer arguments, as a key holds
+// them: as they are, or, for an argument pattern, by class (0, 1 and
+// negative values as themselves, any other value by the order of its first
+// appearance in the call).
+class Extents {
+ public:
+  explicit Extents(bool by_class) : by_class_(by_class) {}
+  int64_t operator()(int64_t v) {
+    if (!by_class_ || v <= 1) return v;
+    // Class ids from INT64_MIN up: no literal is that negative.
+    for (size_t i = 0; i < seen_.size(); ++i)
+      if (seen_[i] == v) return kFirstClass + static_cast<int64_t>(i);
+    seen_.push_back(v);
+    return kFirstClass + static_cast<int64_t>(seen_.size() - 1);
+  }
+
+ private:
+  static constexpr int64_t kFirstClass = std::numeric_limits<int64_t>::min();
+  bool by_class_;
+  c10::SmallVector<int64_t, 16> seen_;
+};
+
+void add_tensor(ShapeKey& key, Extents& extent, const at::Tensor& t, bool written = false) {
   if (!t.defined()) {
     key.push_back(kUndefined);
     return;
@@ -72,11 +95,11 @@ void add_tensor(ShapeKey& key, const at::Tensor& t, bool written = false) {
   key.push_back(static_cast<int64_t>(t.scalar_type()) | (int64_t(t.device().type()) << 8) |
                 (int64_t(t.is_conj()) << 16) | (int64_t(t.is_neg()) << 17));
   key.push_back(t.dim());
-  for (int64_t s : t.sizes()) key.push_back(s);
-  for (int64_t s : t.strides()) key.push_back(s);
+  for (int64_t s : t.sizes()) key.push_back(extent(s));
+  for (int64_t s : t.strides()) key.push_back(extent(s));
   // A tensor the op writes keeps its offset (squeeze_, resize_ out=): the
   // geometry recorded for it is absolute, so its offset is part of the key.
-  if (written) key.push_back(t.storage_offset());
+  if (written) key.push_back(extent(t.storage_offset()));
 }
 
 int64_t bits(double d) {
@@ -88,11 +111,11 @@ int64_t bits(double d) {
 // Appends what the meta kernel can see of `v`: its structure to `key`, the
 // bits of floating-point values to `floats`. False when `v` is of a kind
 // this key does not describe (the call is then not cached).
-bool add_value(ShapeKey& key, ShapeKey& floats, const c10::IValue& v, bool written) {
+bool add_value(ShapeKey& key, ShapeKey& floats, Extents& extent, const c10::IValue& v, bool written) {
   if (v.isTensor()) {
-    add_tensor(key, v.toTensor(), written);
+    add_tensor(key, extent, v.toTensor(), written);
   } else if (v.isInt()) {
-    key.insert(key.end(), {kInt, v.toInt()});
+    key.insert(key.end(), {kInt, extent(v.toInt())});
   } else if (v.isDouble()) {
     key.push_back(kDouble);
     floats.push_back(bits(v.toDouble()));
@@ -105,7 +128,7 @@ bool add_value(ShapeKey& key, ShapeKey& floats, const c10::IValue& v, bool writt
   } else if (v.isIntList()) {
     key.push_back(kIntList);
     key.push_back(static_cast<int64_t>(v.toIntList().size()));
-    for (int64_t x : v.toIntList()) key.push_back(x);
+    for (int64_t x : v.toIntList()) key.push_back(extent(x));
   } else if (v.isDoubleList()) {
     key.push_back(kDoubleList);
     key.push_back(static_cast<int64_t>(v.toDoubleList().size()));
@@ -117,7 +140,7 @@ bool add_value(ShapeKey& key, ShapeKey& floats, const c10::IValue& v, bool writt
   } else if (v.isTensorList() || v.isList()) {
     key.push_back(kTensorList);
     for (const c10::IValue& e : v.toListRef()) {
-      if (e.isTensor()) add_tensor(key, e.toTensor());
+      if (e.isTensor()) add_tensor(key, extent, e.toTensor());
       else if (e.isNone()) key.push_back(kNone);
       else return false;
     }
@@ -133,7 +156,7 @@ bool add_value(ShapeKey& key, ShapeKey& floats, const c10::IValue& v, bool writt
   } else if (v.isSymInt()) {
     auto s = v.toSymInt().maybe_as_int();
     if (!s) return false;
-    key.insert(key.end(), {kSymInt, *s});
+    key.insert(key.end(), {kSymInt, extent(*s)});
   } else {
     return false;
   }
@@ -155,7 +178,7 @@ uint64_t hash_key(c10::ArrayRef<int64_t> key, uint64_t h = kHashSeed) {
 // Which top-level tensor arguments share storage, and where they start:
 // eager's kernels refuse some overlaps (x.add_(x.t())), so a call whose
 // arguments overlap differently is another case to check.
-void add_storage_sharing(ShapeKey& key, const torch::jit::Stack& stack, size_t first) {
+void add_storage_sharing(ShapeKey& key, Extents& extent, const torch::jit::Stack& stack, size_t first) {
   for (size_t i = first; i < stack.size(); ++i) {
     if (!stack[i].isTensor() || !stack[i].toTensor().defined()) continue;
     const at::Tensor& a = stack[i].toTensor();
@@ -164,7 +187,7 @@ void add_storage_sharing(ShapeKey& key, const torch::jit::Stack& stack, size_t f
       const at::Tensor& b = stack[j].toTensor();
       if (a.storage().is_alias_of(b.storage())) {
         key.insert(key.end(), {kAlias, static_cast<int64_t>(i - first), static_cast<int64_t>(j - first),
-                               a.storage_offset(), b.storage_offset()});
+                               extent(a.storage_offset()), extent(b.storage_offset())});
         break;
       }
     }
@@ -211,12 +234,13 @@ std::shared_ptr<InferredShapes> run_meta(const c10::OperatorHandle& op, const st
 std::shared_ptr<const InferredShapes> infer_shapes(const c10::OperatorHandle& op, const std::vector<bool>& mutable_arg,
                                                    const torch::jit::Stack& stack, size_t first, ShapeCache& cache) {
   ShapeKey key, floats;
+  Extents exact(/*by_class=*/false);
   bool cacheable = true;
   for (size_t i = first; i < stack.size() && cacheable; ++i) {
-    cacheable = add_value(key, floats, stack[i], mutable_arg[i - first]);
+    cacheable = add_value(key, floats, exact, stack[i], mutable_arg[i - first]);
   }
   if (!cacheable) return run_meta(op, mutable_arg, stack, first);
-  add_storage_sharing(key, stack, first);
+  add_storage_sharing(key, exact, stack, first);
   // The key: the structure, then the floating-point values; the argument
   // shapes are the structure alone.
   const uint64_t shapes_hash = hash_key(key);
@@ -225,6 +249,12 @@ std::shared_ptr<const InferredShapes> infer_shapes(const c10::OperatorHandle& op
   if (auto hit = cache.find(key, hash)) return hit;
   auto result = run_meta(op, mutable_arg, stack, first);
   result->argument_shapes = shapes_hash;
+  // The pattern: built again, by class, once per new case only.
+  ShapeKey pattern, ignored;
+  Extents by_class(/*by_class=*/true);
+  for (size_t i = first; i < stack.size(); ++i) add_value(pattern, ignored, by_class, stack[i], mutable_arg[i - first]);
+  add_storage_sharing(pattern, by_class, stack, first);
+  result->argument_pattern = hash_key(pattern);
   cache.insert(std::vector<int64_t>(key.begin(), key.end()), hash, result);
   return result;
 }

@@ -44,6 +44,13 @@ struct InferredShapes {
   // storage (0: not cacheable). With the scalars that do not fit, the unit
   // of the first-call check (argument_case, OpInfo).
   uint64_t argument_shapes = 0;
+  // The same with each tensor size, stride and offset replaced by its class:
+  // 0 and 1 as themselves, any other value by the order of its first
+  // appearance in the call, so equal values share a class. What first-sight
+  // checks are keyed by (argument_check.h): a new length of a sequence is
+  // not a new case, a size that becomes 1 (broadcast) or equal to another
+  // is. Set with argument_shapes.
+  uint64_t argument_pattern = 0;
   // The op info's verdict for these arguments, once known (0 = not yet):
   // the cache key determines it, so a cache hit skips recomputing it.
   mutable std::atomic<int> verdict{0};
