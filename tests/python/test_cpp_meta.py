@@ -7,6 +7,7 @@ geometry must be eager CPU's."""
 import os
 import subprocess
 import sys
+import warnings
 
 import pytest
 import torch
@@ -18,8 +19,12 @@ import sys, torch, kiln
 kiln.set_mode({mode!r})
 x = torch.ones(3, 4, device={device!r})
 y = torch.cat([torch.add(x, x), x * x, x - 1, x == 1], dim=0)
+# Ops whose meta kernel kiln writes by hand (written_meta.cpp):
+z = torch.where(x > 0, torch.relu(x), 0.0)
+z = torch.nn.functional.layer_norm(z, (4,))
 torch.{device}.synchronize()
 assert y.shape == (12, 4), y.shape
+assert z.shape == (3, 4), z.shape
 print("dynamo" if "torch._dynamo" in sys.modules else "", "sympy" if "sympy" in sys.modules else "")
 """
 
@@ -80,3 +85,52 @@ def test_table_op_errors_are_eager_cpus(mode):
     with pytest.raises(RuntimeError) as dev:
         torch.add(a.to(DEVICE), b.to(DEVICE))
     assert str(dev.value) == str(cpu.value)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last", "transposed", "expanded"])
+def test_written_metas_give_eager_cpus_geometry(mode, layout):
+    """relu, where and native_layer_norm, whose meta kernels kiln writes (no
+    C++ meta function in ATen): sizes, strides and dtypes as on CPU, over the
+    layouts, dtype promotions and mixed-precision parameters they handle."""
+    a = _layouts()[layout]
+    n = a.shape[-1]
+    w, o = torch.randn(n), torch.randn(n)
+    cases = {
+        "relu": lambda t, to: torch.relu(t),
+        "relu_int": lambda t, to: torch.relu((t * 4).to(torch.int32)),
+        "where": lambda t, to: torch.where(t > 0, t, to(o)),
+        "where_scalar": lambda t, to: torch.where(t > 0, t, 0.0),
+        "where_promotes": lambda t, to: torch.where(t > 0, t.double(), (t * 2).to(torch.int64)),
+        "where_uint8_condition": lambda t, to: torch.where((t > 0).to(torch.uint8), t, t),
+        "layer_norm": lambda t, to: torch.ops.aten.native_layer_norm(t, [n], to(w), to(w), 1e-5),
+        "layer_norm_2d": lambda t, to: torch.ops.aten.native_layer_norm(t, list(t.shape[-2:]), None, None, 1e-5),
+        "layer_norm_bf16_float_weights": lambda t, to: torch.ops.aten.native_layer_norm(
+            t.bfloat16(), [n], to(w), to(w), 1e-5
+        ),
+        "layer_norm_half": lambda t, to: torch.ops.aten.native_layer_norm(t.half(), [n], None, None, 1e-5),
+    }
+    for name, fn in cases.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a uint8 condition is deprecated, warned once per process
+            want = fn(a, lambda t: t)
+            got = fn(a.to(DEVICE), lambda t: t.to(DEVICE))
+        for g, e in zip(*(((r,) if isinstance(r, torch.Tensor) else r) for r in (got, want))):
+            assert (g.shape, g.stride(), g.dtype) == (e.shape, e.stride(), e.dtype), (name, layout)
+            torch.testing.assert_close(g.cpu(), e, msg=f"{name} on {layout}")
+
+
+def test_written_meta_errors_are_eager_cpus(mode):
+    """The checks the written meta kernels make raise eager's errors at the op."""
+    a = torch.randn(3, 4)
+    cases = [
+        lambda to: torch.relu(to(torch.zeros(3, dtype=torch.bool))),
+        lambda to: torch.where(to(a), to(a), to(a)),
+        lambda to: torch.nn.functional.layer_norm(to(a), (5,)),
+        lambda to: torch.nn.functional.layer_norm(to(a), (4,), weight=to(torch.ones(3))),
+    ]
+    for i, case in enumerate(cases):
+        with pytest.raises(RuntimeError) as cpu:
+            case(lambda t: t)
+        with pytest.raises(RuntimeError) as dev:
+            case(lambda t: t.to(DEVICE))
+        assert str(cpu.value).split("\n")[0] in str(dev.value), (i, str(dev.value), str(cpu.value))

@@ -27,6 +27,7 @@ Table build() {
                                  static_cast<at::_ops::ops_struct::schema*>(&at::meta::function)));
 #include "dispatch/eager/cpp_meta_table.inc"
 #undef CPP_META_ENTRY
+  for (auto& [name, kernel] : written_meta_kernels()) table.emplace(parse(name), std::move(kernel));
   return table;
 }
 

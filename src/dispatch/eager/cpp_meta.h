@@ -11,10 +11,18 @@
 #include <ATen/core/boxing/KernelFunction.h>
 #include <ATen/core/operator_name.h>
 
+#include <utility>
+#include <vector>
+
 namespace kiln::dispatch {
 
 // The C++ meta function of `name` as a boxed kernel, or null when the op has
-// none (its Meta kernel is then called through the dispatcher).
+// none (its Meta kernel is then called through the dispatcher): ATen's, or
+// one of written_meta.cpp's.
 const c10::KernelFunction* cpp_meta_kernel(const c10::OperatorName& name);
+
+// The meta kernels written_meta.cpp writes by hand, by operator name, for
+// ops ATen has no C++ meta function for.
+std::vector<std::pair<const char*, c10::KernelFunction>> written_meta_kernels();
 
 }  // namespace kiln::dispatch

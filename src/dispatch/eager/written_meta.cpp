@@ -1,0 +1,81 @@
+// C++ meta kernels written by hand, for common ops whose only Meta kernel is
+// a Python reference that imports torch._dynamo and sympy on its first call
+// (0.3-1.3 s in a fresh process: an inference script's first layer_norm,
+// relu or where) and has no C++ meta function in ATen to call instead (see
+// cpp_meta.h). Each computes what the op's CPU kernel allocates, the way
+// that kernel does; the first-sight check (argument_check.h) compares it
+// with the CPU kernel's results for each new argument pattern, so a
+// disagreement runs the op on the host instead of giving another geometry.
+#include <ATen/ATen.h>
+#include <ATen/MetaFunctions.h>
+#include <ATen/TensorIterator.h>
+#include <ATen/native/TypeProperties.h>
+#include <ATen/native/cpu/mixed_data_type.h>
+#include <ATen/native/layer_norm.h>
+
+#include "dispatch/eager/cpp_meta.h"
+
+namespace kiln::dispatch {
+namespace {
+
+// at::native::relu: a bool input is refused, else clamp_min(self, 0).
+at::Tensor relu_meta(const at::Tensor& self) {
+  TORCH_CHECK(self.scalar_type() != at::kBool, "Boolean inputs not supported for relu");
+  return at::meta::clamp_min(self, 0);
+}
+
+// at::native::where: an empty result of the promoted dtype, sized and
+// strided by the TensorIterator that where_self_out builds over the
+// condition and the operands converted to that dtype.
+at::Tensor where_meta(const at::Tensor& condition, const at::Tensor& self, const at::Tensor& other) {
+  const at::ScalarType result_type = at::native::result_type(self, other);
+  at::Tensor result = at::empty({0}, self.options().dtype(result_type));
+  const at::Tensor self_ = self.scalar_type() != result_type ? self.to(result_type) : self;
+  const at::Tensor other_ = other.scalar_type() != result_type ? other.to(result_type) : other;
+  at::Tensor condition_ = condition.scalar_type() == at::kByte ? condition.to(at::kBool) : condition;
+  TORCH_CHECK(condition_.scalar_type() == at::kBool, "where expected condition to be a boolean tensor.");
+  at::TensorIteratorConfig()
+      .check_all_same_dtype(false)
+      .add_output(result)
+      .add_const_input(condition_)
+      .add_const_input(self_)
+      .add_const_input(other_)
+      .build();
+  return result;
+}
+
+// at::native::layer_norm_cpu: a contiguous output like the input; mean and
+// rstd of M elements (float for a reduced-float input with float
+// parameters), viewed as the input's leading sizes and 1s.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm_meta(const at::Tensor& input,
+                                                                      c10::SymIntArrayRef normalized_shape,
+                                                                      const std::optional<at::Tensor>& weight_opt,
+                                                                      const std::optional<at::Tensor>& bias_opt,
+                                                                      double /*eps*/) {
+  const at::Tensor weight = weight_opt.value_or(at::Tensor());
+  const at::Tensor bias = bias_opt.value_or(at::Tensor());
+  const c10::IntArrayRef shape = C10_AS_INTARRAYREF_SLOW(normalized_shape);
+  const auto [M, N] = at::native::_check_layer_norm_inputs(input, shape, weight, bias);
+  (void)N;
+  const bool mixed_type = at::native::is_mixed_type(input, weight, bias);
+  if (mixed_type) at::native::check_mixed_data_type(input, weight, bias);
+  at::Tensor y = at::empty(input.sizes(), input.options().memory_format(at::MemoryFormat::Contiguous));
+  const auto stat_options = input.options().dtype(at::native::param_scalar_type(input, mixed_type));
+  c10::DimVector stat_shape(input.sizes().begin(), input.sizes().end() - static_cast<int64_t>(shape.size()));
+  stat_shape.resize(input.dim(), 1);
+  at::Tensor mean = at::empty({M}, stat_options).view(stat_shape);
+  at::Tensor rstd = at::empty({M}, stat_options).view(stat_shape);
+  return {std::move(y), std::move(mean), std::move(rstd)};
+}
+
+}  // namespace
+
+std::vector<std::pair<const char*, c10::KernelFunction>> written_meta_kernels() {
+  return {
+      {"aten::relu", c10::KernelFunction::makeFromUnboxedRuntimeFunction(&relu_meta)},
+      {"aten::where.self", c10::KernelFunction::makeFromUnboxedRuntimeFunction(&where_meta)},
+      {"aten::native_layer_norm", c10::KernelFunction::makeFromUnboxedRuntimeFunction(&native_layer_norm_meta)},
+  };
+}
+
+}  // namespace kiln::dispatch
