@@ -29,7 +29,8 @@ def counters():
     - regions: fused regions, by size bucket ("1 op", "2-3 ops", ..., "64+ ops"): a histogram.
     - kernels_compiled: kernels compiled by LLVM, by kind (pointwise, row).
     - compile_time: microseconds, not counts: total_us and max_us (the compiling thread's CPU time),
-      max_wall_us, warm_up_us (the CPU time of the compiler warm-up).
+      max_wall_us, warm_up_us (the CPU time of the compiler warm-up), device_wait_us (the device
+      queue waiting for background compiles, KILN_ASYNC_COMPILE).
     - executable_cache: executables a flush needed: hit (also every kernel of a reused plan), miss;
       evicted (dropped from memory, least recently used first, past 4,096).
     - plan_cache: flush plans: hit (a trace of a known structure), miss; evicted (past 512).
@@ -69,8 +70,9 @@ def breakdown():
     - flush_s: host time flushing traces: plan signatures, plan lookup or planning, launch
       submission (compile time excluded).
     - compile_s: wall time compiling kernels with LLVM (and loading them), on the thread that
-      compiles; a compile that waits for the background compiler warm-up counts the wait. The
-      warm-up itself is not counted (counters()["compile_time"]["warm_up_us"] has it).
+      compiles: the background compile thread (KILN_ASYNC_COMPILE=1), else the flushing one; a
+      compile that waits for the background compiler warm-up counts the wait. The warm-up itself
+      is not counted (counters()["compile_time"]["warm_up_us"] has it).
     - host_wait_s: host time blocked waiting for a device: synchronize, .item(), copies to host,
       events, the recorder's contended lock, out-of-memory retries.
     - host_python_s: wall_s minus the four above as the main thread spent them: its time in

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <set>
 
+#include "engine/background_compiles.h"
 #include "engine/stored_verdicts.h"
 #include "engine/warm_start.h"
 #include "kiln/log.h"
@@ -107,6 +108,7 @@ void close_store(int timeout_ms) {
     if (::getpid() != g_store_pid) return;  // a forked child: not its store
     s = std::move(g_store);
   }
+  finish_background_compiles();  // their kernels are stored too
   save_verdicts();
   save_warm_start();
   if (!s) return;

@@ -7,8 +7,10 @@
 #include <optional>
 #include <sstream>
 #include <stdexcept>
+#include <thread>
 #include <unordered_map>
 
+#include "engine/background_compiles.h"
 #include "engine/compiled_executable.h"
 #include "engine/executable_store.h"
 #include "engine/plan_cache.h"
@@ -128,6 +130,8 @@ std::optional<cache::Entry> load_stored(cache::Store& store, const cache::Key& k
 
 cache::Entry build(const fusion::PlannedKernel& pk, const std::string& name, const cache::Key& key) {
   const TimeScope timing(TimeCategory::Compile);  // the warm-up it waits for, the compile and the load
+  if (g_options.compile_delay_ms > 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(g_options.compile_delay_ms));
   const std::shared_ptr<cache::Store> stored = store();
   const cache::Key kernel = stored ? cache::kernel_identity(ir::serialize(pk.kernel)) : cache::Key{};
   if (stored) {
@@ -158,6 +162,26 @@ cache::Entry build(const fusion::PlannedKernel& pk, const std::string& name, con
   e.executable = std::make_shared<CompiledExecutable>(name, codegen::load(obj.object, name), pool());
   if (stored) stored->put(key, fingerprint(), obj.object, obj.compile_ms, kernel);
   e.object = std::move(obj.object);
+  return e;
+}
+
+// What a flush holds for a kernel it has never built: with
+// KILN_ASYNC_COMPILE, a DeferredExecutable that the background thread's
+// build resolves (background_compiles.h); else the built kernel itself.
+cache::Entry build_for_flush(const fusion::PlannedKernel& pk, const std::string& name, const cache::Key& key) {
+  if (!g_options.async_compile) return build(pk, name, key);
+  auto deferred = std::make_shared<DeferredExecutable>(name);
+  compile_in_background([pk, name, key, deferred] {
+    try {
+      deferred->resolve(build(pk, name, key).executable);
+    } catch (...) {
+      // Every launch of it raises this at the device's next sync point, as a
+      // compile in the flush would have raised at the flush.
+      deferred->fail(std::current_exception());
+    }
+  });
+  cache::Entry e;
+  e.executable = std::move(deferred);
   return e;
 }
 
@@ -288,7 +312,7 @@ void flush(runtime::Device& dev, const trace::Trace& trace, std::string_view rea
         PreparedPlan::Kernel& k = fresh->kernels[i];
         k.name = "kiln_" + key.hex();
         bool hit = false;
-        k.entry = executable_cache().get_or_build(key, [&] { return build(pk, k.name, key); }, &hit);
+        k.entry = executable_cache().get_or_build(key, [&] { return build_for_flush(pk, k.name, key); }, &hit);
         if (hit) {
           // A use the store cannot see: its LRU order must not evict a
           // kernel that this process keeps using from memory.
@@ -305,7 +329,7 @@ void flush(runtime::Device& dev, const trace::Trace& trace, std::string_view rea
       scratch[s] = nullptr;
     }
   }
-  if (fresh) plan_cache().insert(plan_key, std::move(fresh));  // only once every kernel compiled
+  if (fresh) plan_cache().insert(plan_key, std::move(fresh));  // only once every kernel was built or queued
 }
 
 }  // namespace kiln::engine

@@ -11,6 +11,8 @@ Options options_for(const Settings& s) {
   o.fusion.stream_min_bytes = s.stream_min_mb << 20;
   o.codegen.fast_math = s.fast_math;
   o.num_threads = s.num_threads;
+  o.async_compile = s.async_compile;
+  o.compile_delay_ms = static_cast<int>(s.compile_delay_ms);
   o.dump_dir = s.dump_dir;
   if (s.cache) o.cache_dir = s.cache_dir;
   o.cache_read_only = s.cache_read_only;

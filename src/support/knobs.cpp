@@ -151,6 +151,14 @@ const std::vector<KnobSpec>& knob_table() {
        "A pointwise kernel launch that stores at least this many MiB writes them with non-temporal stores, "
        "which bypass the cache; 0: never; auto = 4 per KILN_NUM_THREADS thread.",
        set_stream_min_mb, 0, 1 << 20, {}, "auto"},
+      {"KILN_ASYNC_COMPILE", KnobKind::Boolean, "1",
+       "1: a flush that needs a new kernel queues its launch and goes on while a background thread compiles "
+       "it (the device waits for it, the program does not); 0: the flush compiles it before returning.",
+       set_flag<&Settings::async_compile>},
+      {"KILN_COMPILE_DELAY_MS", KnobKind::Integer, "0",
+       "Test suite only: milliseconds every kernel compile sleeps first, to show that results never "
+       "depend on when a compile finishes.",
+       set_integer<&Settings::compile_delay_ms>, 0, 60000},
       {"KILN_DUMP_DIR", KnobKind::Path, "",
        "Directory where the Kernel IR and LLVM IR of every compiled region are written (empty: off).",
        set_text<&Settings::dump_dir>},

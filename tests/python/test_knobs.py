@@ -27,6 +27,9 @@ BAD_VALUES = [
     ("KILN_CACHE_MAX_MB", "2GB"),
     ("KILN_CACHE", "maybe"),
     ("KILN_CACHE_READONLY", "2"),
+    ("KILN_ASYNC_COMPILE", "on"),
+    ("KILN_COMPILE_DELAY_MS", "-5"),
+    ("KILN_COMPILE_DELAY_MS", "1s"),
 ]
 
 

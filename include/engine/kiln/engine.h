@@ -29,6 +29,11 @@ struct Options {
   codegen::Options codegen;
   int num_threads = 1;   // KILN_NUM_THREADS (options_for); 1 without the knobs
   std::string dump_dir;  // KILN_DUMP_DIR (empty: off)
+  // KILN_ASYNC_COMPILE: new kernels compile on a background thread and their
+  // launches wait on the device queue; off without the knobs (tests of the
+  // engine compile in the flush).
+  bool async_compile = false;
+  int compile_delay_ms = 0;  // KILN_COMPILE_DELAY_MS: tests' artificial compile time
   // The persistent store's directory (KILN_CACHE, KILN_CACHE_DIR); empty:
   // compiled kernels live in memory only (the default without the knobs).
   std::string cache_dir;
@@ -44,7 +49,7 @@ struct Options {
 };
 
 // The options the knobs ask for (KILN_FUSION_MAX_OPS, KILN_STREAM_MIN_MB,
-// KILN_FAST_MATH, KILN_NUM_THREADS, KILN_DUMP_DIR); the log sink is left
+// KILN_FAST_MATH, KILN_NUM_THREADS, KILN_ASYNC_COMPILE, KILN_DUMP_DIR, ...); the log sink is left
 // to the caller, who owns the channels.
 Options options_for(const Settings& settings);
 

@@ -1,0 +1,113 @@
+// The background compile thread and the executables that wait for it (see
+// background_compiles.h).
+#include "engine/background_compiles.h"
+
+#include <pthread.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <deque>
+#include <thread>
+
+#include "kiln/metrics.h"
+
+namespace kiln::engine {
+namespace {
+
+struct Compiles {
+  std::mutex mu;
+  std::condition_variable wake, idle;
+  std::deque<std::function<void()>> queue;
+  bool running = false;  // a compile taken from the queue is running
+  bool stopping = false;
+  std::thread thread;
+};
+
+// Never destroyed: flushes may queue compiles during shutdown, until the
+// exit handler finishes them.
+Compiles& compiles() {
+  static auto* c = new Compiles();
+  return *c;
+}
+
+void compile_loop(Compiles* c) {
+  std::unique_lock<std::mutex> lock(c->mu);
+  for (;;) {
+    c->wake.wait(lock, [&] { return c->stopping || !c->queue.empty(); });
+    if (c->queue.empty()) return;  // stopping, nothing left
+    std::function<void()> compile = std::move(c->queue.front());
+    c->queue.pop_front();
+    c->running = true;
+    lock.unlock();
+    compile();  // never throws: a compile's error goes to its DeferredExecutable
+    lock.lock();
+    c->running = false;
+    if (c->queue.empty()) c->idle.notify_all();
+  }
+}
+
+}  // namespace
+
+void compile_in_background(std::function<void()> compile) {
+  Compiles& c = compiles();
+  std::lock_guard<std::mutex> lock(c.mu);
+  c.queue.push_back(std::move(compile));
+  if (!c.thread.joinable()) {
+    static std::once_flag registered;
+    std::call_once(registered, [] {
+      pthread_atfork(&finish_background_compiles, nullptr, nullptr);
+      std::atexit(&finish_background_compiles);
+    });
+    c.stopping = false;
+    c.thread = std::thread(compile_loop, &c);
+  }
+  c.wake.notify_one();
+}
+
+void finish_background_compiles() {
+  Compiles& c = compiles();
+  std::thread finished;
+  {
+    std::unique_lock<std::mutex> lock(c.mu);
+    if (!c.thread.joinable()) return;
+    c.stopping = true;  // the loop ends once the queue is empty
+    c.wake.notify_one();
+    finished = std::move(c.thread);
+  }
+  finished.join();
+}
+
+void DeferredExecutable::run(const runtime::LaunchArgs& args) {
+  std::shared_ptr<runtime::Executable> built;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (!built_ && !error_) {
+      const auto start = std::chrono::steady_clock::now();
+      done_.wait(lock, [&] { return built_ || error_; });
+      const auto us =
+          std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count();
+      Metrics::global().add(Counter::CompileTime, "device_wait_us", us);
+    }
+    if (error_) std::rethrow_exception(error_);
+    built = built_;
+  }
+  built->run(args);
+}
+
+void DeferredExecutable::resolve(std::shared_ptr<runtime::Executable> built) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    built_ = std::move(built);
+  }
+  done_.notify_all();
+}
+
+void DeferredExecutable::fail(std::exception_ptr error) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    error_ = std::move(error);
+  }
+  done_.notify_all();
+}
+
+}  // namespace kiln::engine

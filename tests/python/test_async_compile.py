@@ -1,0 +1,88 @@
+"""KILN_ASYNC_COMPILE: a flush that needs a new kernel does not wait for its
+compile; the device queue does. Results never depend on when a compile
+finishes (KILN_COMPILE_DELAY_MS makes every compile slow on purpose)."""
+
+import json
+import os
+
+import pytest
+
+from conftest import REPO, run_python
+
+FLUSH_THEN_WAIT = """
+import json, time, torch, kiln
+d = kiln.DEVICE_NAME
+torch.manual_seed(0)
+x = torch.randn(64, 64)
+w = torch.randn(64, 64)
+xd, wd = x.to(d), w.to(d)
+(xd @ wd).cpu()  # mm's first call of this pattern runs on the host: not part of what is timed
+start = time.perf_counter()
+z = (xd * 2 + 1).tanh() @ wd  # mm flushes the trace, whose kernel is new
+flushed = time.perf_counter() - start
+got = z.cpu()
+done = time.perf_counter() - start
+want = (xd * 2 + 1).tanh().cpu() @ w  # the same kernel's values, through a CPU mm
+print(json.dumps({"flushed": flushed, "done": done, "same": torch.equal(got, want),
+                  "wait_us": kiln.metrics.counters()["compile_time"].get("device_wait_us", 0)}))
+"""
+
+DELAY_MS = 2000
+
+
+def run(code, async_compile, delay_ms):
+    env = {"KILN_MODE": "lazy", "KILN_CACHE": "0", "KILN_ASYNC_COMPILE": async_compile}
+    env["KILN_COMPILE_DELAY_MS"] = str(delay_ms)
+    r = run_python(code, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_a_flush_does_not_wait_for_its_compile():
+    out = run(FLUSH_THEN_WAIT, "1", DELAY_MS)
+    assert out["flushed"] < DELAY_MS / 2000, out  # returned long before the compile could finish
+    assert out["done"] >= DELAY_MS / 1000, out  # the result waited for it
+    assert out["wait_us"] > 0 and out["same"], out
+
+
+def test_without_async_compile_the_flush_compiles():
+    out = run(FLUSH_THEN_WAIT, "0", DELAY_MS)
+    assert out["flushed"] >= DELAY_MS / 1000, out
+    assert out["wait_us"] == 0 and out["same"], out
+
+
+TRAIN = os.path.join(REPO, "tests", "python", "scripts", "cache_train.py")
+
+
+@pytest.mark.parametrize("delay_ms", [0, 30])
+def test_results_do_not_depend_on_when_compiles_finish(delay_ms):
+    """A small transformer's training steps: the same bits with the flush
+    compiling, and with a background compile however late it finishes."""
+    code = f"import runpy, sys; sys.argv = [{TRAIN!r}]; runpy.run_path({TRAIN!r}, run_name='__main__')"
+    blocking = run(code, "0", 0)
+    background = run(code, "1", delay_ms)
+    keys = ("loss", "extra", "checksum", "first")
+    assert {k: background[k] for k in keys} == {k: blocking[k] for k in keys}
+
+
+FORK_WHILE_COMPILING = """
+import os, torch, kiln
+d = kiln.DEVICE_NAME
+x = torch.randn(1000, device=d)
+w = torch.randn(8, 8, device=d)
+(w @ w).cpu()
+y = x * 3 + 1
+(w @ w)  # flushes: y's kernel compiles in the background
+pid = os.fork()  # finishes the compile first: a child must not inherit LLVM mid-compile
+if pid == 0:
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+print(status, torch.equal(y.cpu(), x.cpu() * 3 + 1))
+"""
+
+
+def test_a_fork_while_a_compile_is_in_flight_neither_hangs_nor_loses_it():
+    env = {"KILN_MODE": "lazy", "KILN_CACHE": "0", "KILN_ASYNC_COMPILE": "1", "KILN_COMPILE_DELAY_MS": "300"}
+    r = run_python(FORK_WHILE_COMPILING, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split() == ["0", "True"], r.stdout + r.stderr[-2000:]
