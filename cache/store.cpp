@@ -20,6 +20,7 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "kiln/cache_directory.h"
 #include "kiln/entry_format.h"
@@ -238,6 +239,24 @@ struct Store::Impl {
     return true;
   }
 
+  // Entries this process read whole or wrote: a rebuild keeps them even
+  // where they lie past a damaged block of a table, where the database's own
+  // listing of its entries stops. Bounded: past the bound, only the listing.
+  static constexpr size_t kMaxKnownKeys = size_t{1} << 16;
+  std::mutex known_mu;
+  std::unordered_set<Key, KeyHash> known;
+  void know(const Key& key) {
+    std::lock_guard<std::mutex> lock(known_mu);
+    if (known.size() < kMaxKnownKeys) known.insert(key);
+  }
+  std::vector<std::string> known_keys() {
+    std::lock_guard<std::mutex> lock(known_mu);
+    std::vector<std::string> keys;
+    keys.reserve(known.size());
+    for (const Key& k : known) keys.push_back(key_bytes(k));
+    return keys;
+  }
+
   void enqueue(Pending p) {
     {
       std::lock_guard<std::mutex> lock(write_mu);
@@ -288,7 +307,7 @@ struct Store::Impl {
     // whole as soon as a reader or a write meets the damage (moving it aside
     // would lose what this run and others stored since).
     auto rebuild = [&](const std::string& why) {
-      const std::string what = detail::rebuild_damaged(db_path, give_up);
+      const std::string what = detail::rebuild_damaged(db_path, known_keys(), give_up);
       std::lock_guard<std::mutex> lock(write_mu);
       warning = "kiln: the executable cache database in '" + db_path + "' was damaged (" + why + "); " + what;
       has_warning.store(true, std::memory_order_release);
@@ -369,6 +388,7 @@ StoreLookupResult Store::get(const Key& key, std::string_view fingerprint, const
     return r;
   }
   r.outcome = Lookup::Hit;
+  impl_->know(key);
   touch(key);
   r.object = std::move(e.object);
   r.compile_ms = e.compile_ms;
@@ -387,6 +407,7 @@ void Store::put(const Key& key, std::string_view fingerprint, std::string object
   e.written_unix_s = static_cast<int64_t>(std::time(nullptr));
   impl_->enqueue({detail::Change::Put, key_bytes(key), encode_entry(e), detail::kernel_bytes(kernel)});
   impl_->used_now(key);  // a put is a use: no touch for it within the interval
+  impl_->know(key);
 }
 
 void Store::touch(const Key& key) {
@@ -477,6 +498,7 @@ std::string Store::put_encoded(std::string value) {
   if (!problem.empty()) return problem;
   impl_->enqueue({detail::Change::Put, key_bytes(e.key), std::move(value), detail::kernel_bytes(e.kernel)});
   impl_->used_now(e.key);
+  impl_->know(e.key);
   return "";
 }
 

@@ -7,12 +7,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <memory>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "kiln/entry_format.h"
@@ -320,7 +322,8 @@ BatchOutcome write_batch(const std::string& db_path, const std::vector<Pending>&
   return out;
 }
 
-std::string rebuild_damaged(const std::string& db_path, const std::function<bool(int)>& give_up) {
+std::string rebuild_damaged(const std::string& db_path, const std::vector<std::string>& known_keys,
+                            const std::function<bool(int)>& give_up) {
   const std::string aside = db_path + ".damaged-" + std::to_string(::getpid());
   std::error_code ec;
   std::filesystem::remove_all(aside, ec);
@@ -328,32 +331,44 @@ std::string rebuild_damaged(const std::string& db_path, const std::function<bool
   if (ec) return "moving it aside to rebuild it failed (" + ec.message() + ")";
   ::mkdir(db_path.c_str(), 0700);
 
-  // Read what is left, keyed by the small "meta" family when it reads (it
-  // lists every entry, so one damaged block of entries loses only those),
-  // else in the entries' order up to the first damaged block.
-  uint64_t kept = 0, lost = 0;
-  bool cut_short = false;  // read in key order and stopped at a damaged block
+  // Only the entries and the "meta" family that lists them are opened: a
+  // damaged table of another family (the LRU or kernel records, whose small
+  // tables the damage hits as often as any) must not fail the open and lose
+  // every entry. Without "meta" if that is what fails.
   std::vector<std::string> names;
   rocksdb::DB* old = nullptr;
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
+  rocksdb::ColumnFamilyHandle* meta = nullptr;
   rocksdb::Options o = base_options();
-  if (rocksdb::DB::ListColumnFamilies(o, aside, &names).ok()) {
-    std::vector<rocksdb::ColumnFamilyDescriptor> want;
-    for (const std::string& n : names) want.push_back({n, rocksdb::ColumnFamilyOptions(o)});
-    if (!rocksdb::DB::OpenForReadOnly(o, aside, want, &handles, &old).ok()) old = nullptr;
+  const bool has_meta = rocksdb::DB::ListColumnFamilies(o, aside, &names).ok() &&
+                        std::find(names.begin(), names.end(), kMeta) != names.end();
+  rocksdb::Status opened;
+  for (const bool with_meta : {has_meta, false}) {
+    std::vector<rocksdb::ColumnFamilyDescriptor> want{{rocksdb::kDefaultColumnFamilyName, o}};
+    if (with_meta) want.push_back({kMeta, o});
+    opened = rocksdb::DB::OpenForReadOnly(o, aside, want, &handles, &old);
+    if (opened.ok()) {
+      meta = with_meta ? handles[1] : nullptr;
+      break;
+    }
+    old = nullptr;
+    handles.clear();
   }
+  uint64_t kept = 0, lost = 0;
+  bool cut_short = false;  // a family's listing stopped at a damaged block
   std::string result;
   if (old) {
     rocksdb::ColumnFamilyHandle* entries = handles[0];
-    rocksdb::ColumnFamilyHandle* meta = nullptr;
-    for (size_t i = 0; i < names.size(); ++i)
-      if (names[i] == kMeta) meta = handles[i];
-    std::vector<std::string> keys;
-    if (meta) {
-      std::unique_ptr<rocksdb::Iterator> it(old->NewIterator(rocksdb::ReadOptions(), meta));
+    // Every key any source names, each read once by itself: an iterator
+    // stops for good at the first damaged block it meets, a point read only
+    // fails for the entries in one.
+    std::set<std::string> keys(known_keys.begin(), known_keys.end());
+    for (rocksdb::ColumnFamilyHandle* family : {entries, meta}) {
+      if (!family) continue;
+      std::unique_ptr<rocksdb::Iterator> it(old->NewIterator(rocksdb::ReadOptions(), family));
       for (it->SeekToFirst(); it->Valid(); it->Next())
-        if (it->key().size() == kEntryKeyBytes) keys.push_back(it->key().ToString());
-      if (!it->status().ok()) keys.clear();
+        if (it->key().size() == kEntryKeyBytes) keys.insert(it->key().ToString());
+      if (!it->status().ok()) cut_short = true;
     }
     // Written in slices as they are read, so that a large store is never
     // held in memory.
@@ -362,30 +377,18 @@ std::string rebuild_damaged(const std::string& db_path, const std::function<bool
       if (result.empty() && !slice.empty()) result = write_batch(db_path, slice, 0, give_up).failure;
       slice.clear();
     };
-    auto take = [&](const std::string& key, std::string value) {
+    for (const std::string& key : keys) {
+      std::string value;
+      const rocksdb::Status s = old->Get(rocksdb::ReadOptions(), entries, key, &value);
+      if (s.IsNotFound()) continue;  // a known key deleted or evicted meanwhile
       StoredEntry e;
-      if (!decode_entry(value, e).empty()) {
+      if (!s.ok() || !decode_entry(value, e).empty()) {
         ++lost;
-        return;
+        continue;
       }
       slice.push_back({Change::Put, key, std::move(value), kernel_bytes(e.kernel)});
       ++kept;
       if (slice.size() == 64) write_slice();
-    };
-    if (!keys.empty()) {
-      for (const std::string& key : keys) {
-        std::string value;
-        if (old->Get(rocksdb::ReadOptions(), entries, key, &value).ok()) {
-          take(key, std::move(value));
-        } else {
-          ++lost;
-        }
-      }
-    } else {
-      std::unique_ptr<rocksdb::Iterator> it(old->NewIterator(rocksdb::ReadOptions(), entries));
-      for (it->SeekToFirst(); it->Valid(); it->Next())
-        if (it->key().size() == kEntryKeyBytes) take(it->key().ToString(), it->value().ToString());
-      cut_short = !it->status().ok();
     }
     write_slice();
     for (rocksdb::ColumnFamilyHandle* h : handles) old->DestroyColumnFamilyHandle(h);
@@ -393,9 +396,10 @@ std::string rebuild_damaged(const std::string& db_path, const std::function<bool
     if (!result.empty()) result = "; writing them back failed (" + result + ")";
   }
   std::filesystem::remove_all(aside, ec);
-  if (!old) return "nothing of it could be read back, and a new one was started";
+  if (!opened.ok()) return "nothing of it could be read back (" + opened.ToString() + "), and a new one was started";
   return "it was rebuilt with the " + std::to_string(kept) + " entries that read back whole (" + std::to_string(lost) +
-         (cut_short ? " lost, and those past the first damaged block," : " lost,") + " to be compiled again)" + result;
+         (cut_short ? " lost, and any past a damaged block that this process had not used," : " lost,") +
+         " to be compiled again)" + result;
 }
 
 }  // namespace kiln::cache::detail

@@ -67,8 +67,11 @@ BatchOutcome write_batch(const std::string& db_path, const std::vector<Pending>&
                          const std::function<bool(int attempt)>& give_up);
 
 // A database whose tables RocksDB found damaged, replaced by a new one that
-// holds every entry that still reads back whole (checksum and all). Returns a
-// sentence saying what was kept and lost.
-std::string rebuild_damaged(const std::string& db_path, const std::function<bool(int attempt)>& give_up);
+// holds every entry that still reads back whole (checksum and all): those
+// its families list up to their first damaged block, and `known_keys` (the
+// entries the calling process read or wrote, which may lie past one).
+// Returns a sentence saying what was kept and lost.
+std::string rebuild_damaged(const std::string& db_path, const std::vector<std::string>& known_keys,
+                            const std::function<bool(int attempt)>& give_up);
 
 }  // namespace kiln::cache::detail

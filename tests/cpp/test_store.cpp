@@ -202,15 +202,16 @@ TEST(Store, AReadOnlyStoreOfAMissingDirectoryIsRefused) {
 namespace {
 
 // Flips a run of bytes in the data blocks of the largest table file (one of
-// entries, not of the small LRU records), as a failing disk would; the others
-// stay intact.
-void corrupt_the_largest_table(const std::string& db) {
+// entries, not of the small LRU records), or of every table file, as a
+// failing disk would.
+void corrupt_tables(const std::string& db, bool every_table) {
   std::vector<fs::path> tables;
   for (const auto& f : fs::directory_iterator(db))
     if (f.path().extension() == ".sst") tables.push_back(f.path());
   ASSERT_GE(tables.size(), 2u);
   std::sort(tables.begin(), tables.end(), [](auto& a, auto& b) { return fs::file_size(a) > fs::file_size(b); });
-  for (const fs::path& f : std::vector<fs::path>{tables.front()}) {
+  if (!every_table) tables.resize(1);
+  for (const fs::path& f : tables) {
     std::string bytes;
     {
       std::FILE* in = std::fopen(f.c_str(), "rb");
@@ -247,7 +248,7 @@ TEST(Store, ADamagedTableIsRebuiltKeepingEveryEntryThatReadsBack) {
       if (i % 4 == 3) ASSERT_TRUE(s->flush(std::chrono::seconds(10)));  // one table file per batch
     }
   }
-  corrupt_the_largest_table(t.path + "/store");
+  corrupt_tables(t.path + "/store", false);
   {
     auto s = open_store(t.path);
     for (int i = 0; i < n; ++i) {
@@ -266,6 +267,45 @@ TEST(Store, ADamagedTableIsRebuiltKeepingEveryEntryThatReadsBack) {
     EXPECT_EQ(r.outcome, cache::Lookup::Hit) << "kernel " << i << ": " << r.problem;
     if (r.outcome == cache::Lookup::Hit) EXPECT_EQ(r.object, object + std::to_string(i));
   }
+}
+
+// Every table damaged, the small one listing the entries too: the listings
+// stop at their first damaged block, yet the entries this process read whole
+// past it are kept (they were lost, and the next run compiled them again).
+TEST(Store, AnEntryReadWholePastADamagedBlockSurvivesTheRebuild) {
+  TempDir t;
+  const int n = 12;
+  auto key = [](int i) { return cache::make_key("kernel" + std::to_string(i), "fp"); };
+  std::string object(4000, '\0');
+  uint32_t x = 54321;
+  for (char& c : object) c = static_cast<char>((x = x * 1664525 + 1013904223) >> 24);
+  {
+    auto s = open_store(t.path);
+    for (int i = 0; i < n; ++i) s->put(key(i), "fp", object + std::to_string(i), 1);
+    ASSERT_TRUE(s->flush(std::chrono::seconds(10)));
+    // A second writer session: the first batch is in table files now, one of
+    // entries and one listing them.
+    s->put(key(n), "fp", "o", 1);
+    ASSERT_TRUE(s->flush(std::chrono::seconds(10)));
+  }
+  corrupt_tables(t.path + "/store", true);
+  int read_whole = 0;
+  {
+    auto s = open_store(t.path);
+    for (int i = 0; i < n; ++i) {
+      if (s->get(key(i), "fp").outcome == cache::Lookup::Hit) {
+        ++read_whole;
+        continue;
+      }
+      s->put(key(i), "fp", object + std::to_string(i), 1);  // as a recompile would
+    }
+    ASSERT_TRUE(s->flush(std::chrono::seconds(10)));
+    EXPECT_NE(s->take_warning().find("rebuilt with the"), std::string::npos);
+  }
+  ASSERT_GT(read_whole, 0);
+  ASSERT_LT(read_whole, n);  // the damage hit entries
+  auto s = open_store(t.path);
+  for (int i = 0; i < n; ++i) EXPECT_EQ(s->get(key(i), "fp").outcome, cache::Lookup::Hit) << "kernel " << i;
 }
 
 // A cap: the least recently used entries go, an entry read since is kept,
