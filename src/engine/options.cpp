@@ -10,6 +10,7 @@ Options options_for(const Settings& s) {
   o.fusion.max_ops = s.fusion_max_ops;
   o.fusion.stream_min_bytes = s.stream_min_mb << 20;
   o.codegen.fast_math = s.fast_math;
+  o.codegen.opt_level = s.opt_level;
   o.num_threads = s.num_threads;
   o.async_compile = s.async_compile;
   o.compile_delay_ms = static_cast<int>(s.compile_delay_ms);

@@ -144,6 +144,11 @@ const std::vector<KnobSpec>& knob_table() {
        "1: let compiled kernels reassociate and contract floating-point math and divide by a refined "
        "reciprocal estimate (faster reductions and divisions, results differ from eager in the last bits).",
        set_flag<&Settings::fast_math>},
+      {"KILN_OPT_LEVEL", KnobKind::Integer, "2",
+       "How hard LLVM optimizes compiled kernels: 0 none (fastest compile, scalar loops), 1 cleanup only, "
+       "2 kiln's kernel pipeline (loop vectorization and what it needs), 3 that plus GVN, SLP and unrolling. "
+       "Part of every cache key.",
+       set_integer<&Settings::opt_level>, 0, 3},
       {"KILN_NUM_THREADS", KnobKind::Integer, "auto",
        "Threads a compiled kernel splits its iteration space over; auto = the machine's cores.", set_num_threads,
        1, 256, {}, "auto"},

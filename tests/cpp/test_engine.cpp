@@ -118,6 +118,8 @@ TEST(Engine, OptionsFollowTheKnobs) {
   EXPECT_EQ(d.fusion.max_ops, plain.fusion.max_ops);
   EXPECT_EQ(d.codegen.fast_math, std::string(find_knob("KILN_FAST_MATH")->default_value) == "1");
   EXPECT_EQ(d.codegen.fast_math, plain.codegen.fast_math);
+  EXPECT_EQ(d.codegen.opt_level, std::stoi(find_knob("KILN_OPT_LEVEL")->default_value));
+  EXPECT_EQ(d.codegen.opt_level, plain.codegen.opt_level);
   EXPECT_EQ(d.codegen.avx512_math, plain.codegen.avx512_math);  // not a knob
   EXPECT_EQ(d.num_threads, auto_num_threads());
   EXPECT_EQ(d.fusion.stream_min_bytes, (4 * int64_t{auto_num_threads()}) << 20);
@@ -127,11 +129,13 @@ TEST(Engine, OptionsFollowTheKnobs) {
       engine::options_for(parse_settings(std::map<std::string, std::string>{{"KILN_FUSION_MAX_OPS", "3"},
                                                                             {"KILN_STREAM_MIN_MB", "2"},
                                                                             {"KILN_FAST_MATH", "1"},
+                                                                            {"KILN_OPT_LEVEL", "3"},
                                                                             {"KILN_NUM_THREADS", "5"},
                                                                             {"KILN_DUMP_DIR", "/tmp/kiln dump"}}));
   EXPECT_EQ(o.fusion.max_ops, 3);
   EXPECT_EQ(o.fusion.stream_min_bytes, int64_t{2} << 20);
   EXPECT_TRUE(o.codegen.fast_math);
+  EXPECT_EQ(o.codegen.opt_level, 3);
   EXPECT_EQ(o.num_threads, 5);
   EXPECT_EQ(o.dump_dir, "/tmp/kiln dump");
 }

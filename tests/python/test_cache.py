@@ -3,6 +3,7 @@ processes running a training script against one store."""
 
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -83,6 +84,21 @@ def test_a_directory_that_cannot_be_created_degrades_to_memory(tmp_path):
     out, err = train(blocker / "kiln")
     assert "cannot be created" in err and "in this process's memory only" in err
     assert out["compiled"] > 0
+
+
+def test_another_opt_level_misses_and_trains_alike(tmp_path):
+    """KILN_OPT_LEVEL changes the generated code: each level is its own cache
+    environment, and every level trains to the same numbers within tolerance
+    (row sums are summed in order below level 2, in vector lanes from it)."""
+    cold, _ = train(tmp_path / "c")
+    for level in ("0", "1", "3"):
+        other, log = train(tmp_path / "c", env={"KILN_OPT_LEVEL": level, "KILN_LOG": "cache"})
+        assert other["store"] == {"miss (other environment)": cold["compiled"]}, (level, other["store"])
+        reasons = [line for line in log.splitlines() if ": miss (" in line]
+        # (the closest stored environment: the default's, or an earlier level's)
+        assert reasons and all(re.search(f"opt_level: '[0-3]' there, '{level}' here", r) for r in reasons), reasons
+        assert other["loss"] == pytest.approx(cold["loss"], rel=1e-4)
+        assert other["checksum"] == pytest.approx(cold["checksum"], rel=1e-4, abs=1e-4)
 
 
 def test_read_only_mode_serves_hits_and_never_writes(tmp_path):

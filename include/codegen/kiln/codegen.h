@@ -23,6 +23,10 @@ struct Options {
   // where the host has them; false keeps it to the code every x86-64 with
   // FMA runs (what hosts without AVX-512 get; tests check both agree).
   bool avx512_math = true;
+  // KILN_OPT_LEVEL (default 2, as the knob's): 0 no IR passes and LLVM's
+  // fast instruction selection, 1 cleanup passes only, 2 kiln's kernel
+  // pipeline (kPassPipeline in jit.cpp), 3 LLVM's O3 pipeline.
+  int opt_level = 2;
 };
 
 // What changes the machine code besides the IR: kiln's codegen version, LLVM

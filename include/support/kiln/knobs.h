@@ -81,6 +81,7 @@ struct Settings {
   int64_t trace_max_ops;
   int fusion_max_ops;
   bool fast_math;
+  int opt_level;  // KILN_OPT_LEVEL, 0..3
   int num_threads;
   int64_t stream_min_mb;     // 0: never
   bool async_compile;        // KILN_ASYNC_COMPILE
