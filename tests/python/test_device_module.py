@@ -1,6 +1,8 @@
 """torch.<device> offers what torch.cuda scripts reach for, and behaves as
 torch.cuda does, bad device indices included."""
 
+import gc
+
 import pytest
 import torch
 
@@ -54,7 +56,19 @@ def test_device_context_and_device_of():
         assert mod.current_device() == 0
 
 
-def test_memory_statistics_and_their_resets():
+@pytest.fixture
+def no_collection():
+    """Tensors of earlier tests left in reference cycles are freed first, and
+    no collection frees one mid-test: the counts below are exact."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def test_memory_statistics_and_their_resets(no_collection):
     mod.synchronize()
     mod.reset_peak_memory_stats()
     mod.reset_accumulated_memory_stats()
