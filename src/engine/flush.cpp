@@ -128,13 +128,15 @@ std::optional<cache::Entry> load_stored(cache::Store& store, const cache::Key& k
   return e;
 }
 
-cache::Entry build(const fusion::PlannedKernel& pk, const std::string& name, const cache::Key& key) {
+// `look_in_store`: false where the flush has just looked and missed.
+cache::Entry build(const fusion::PlannedKernel& pk, const std::string& name, const cache::Key& key,
+                   bool look_in_store) {
   const TimeScope timing(TimeCategory::Compile);  // the warm-up it waits for, the compile and the load
   if (g_options.compile_delay_ms > 0)
     std::this_thread::sleep_for(std::chrono::milliseconds(g_options.compile_delay_ms));
   const std::shared_ptr<cache::Store> stored = store();
   const cache::Key kernel = stored ? cache::kernel_identity(ir::serialize(pk.kernel)) : cache::Key{};
-  if (stored) {
+  if (stored && look_in_store) {
     if (std::optional<cache::Entry> e = load_stored(*stored, key, name, kernel)) return std::move(*e);
   }
   const bool want_ir = !g_options.dump_dir.empty();
@@ -168,12 +170,13 @@ cache::Entry build(const fusion::PlannedKernel& pk, const std::string& name, con
 // What a flush holds for a kernel it has never built: with
 // KILN_ASYNC_COMPILE, a DeferredExecutable that the background thread's
 // build resolves (background_compiles.h); else the built kernel itself.
-cache::Entry build_for_flush(const fusion::PlannedKernel& pk, const std::string& name, const cache::Key& key) {
-  if (!g_options.async_compile) return build(pk, name, key);
+cache::Entry build_for_flush(const fusion::PlannedKernel& pk, const std::string& name, const cache::Key& key,
+                             bool look_in_store) {
+  if (!g_options.async_compile) return build(pk, name, key, look_in_store);
   auto deferred = std::make_shared<DeferredExecutable>(name);
-  compile_in_background([pk, name, key, deferred] {
+  compile_in_background([pk, name, key, deferred, look_in_store] {
     try {
-      deferred->resolve(build(pk, name, key).executable);
+      deferred->resolve(build(pk, name, key, look_in_store).executable);
     } catch (...) {
       // Every launch of it raises this at the device's next sync point, as a
       // compile in the flush would have raised at the flush.
@@ -247,22 +250,53 @@ static void count_traced_ops(const trace::Trace& trace, Metrics& metrics) {
   for (const auto& [name, n] : tally) metrics.add(Counter::TracedOps, name, n);
 }
 
-void flush(runtime::Device& dev, const trace::Trace& trace, std::string_view reason) {
-  if (trace.empty()) return;
-  const TimeScope timing(TimeCategory::Flush);
-  Metrics& metrics = Metrics::global();
-  metrics.add(Counter::TraceFlushes, reason);
-  count_traced_ops(trace, metrics);
-  const cache::Key plan_key = cache::make_key(fusion::plan_signature(trace, g_options.fusion), fingerprint());
-  std::shared_ptr<const PreparedPlan> reused = plan_cache().find(plan_key);
-  metrics.add(Counter::PlanCache, reused ? "hit" : "miss");
-  std::shared_ptr<PreparedPlan> fresh;
-  if (!reused) {
-    fresh = std::make_shared<PreparedPlan>();
-    fresh->plan = fusion::plan(trace, g_options.fusion);
-    fresh->kernels.resize(fresh->plan.kernels.size());
+namespace {
+
+// The key of each kernel of a fresh plan, and whether the flush has already
+// looked it up in the store and missed; filled as they are needed.
+struct KernelKeys {
+  std::vector<cache::Key> key;
+  std::vector<bool> not_stored;
+  explicit KernelKeys(size_t n) : key(n), not_stored(n, false) {}
+};
+
+const cache::Key& key_of(const fusion::PlannedKernel& pk, KernelKeys& keys, size_t i) {
+  if (keys.key[i] == cache::Key{}) keys.key[i] = cache::make_key(ir::serialize(pk.kernel), fingerprint());
+  return keys.key[i];
+}
+
+// Kernel i of a fresh plan: from memory, the store, or a compile (queued
+// under KILN_ASYNC_COMPILE).
+void resolve_kernel(PreparedPlan& fresh, size_t i, KernelKeys& keys) {
+  const fusion::PlannedKernel& pk = fresh.plan.kernels[i];
+  const cache::Key& key = key_of(pk, keys, i);
+  note_kernel_used(key);
+  PreparedPlan::Kernel& k = fresh.kernels[i];
+  k.name = "kiln_" + key.hex();
+  bool hit = false;
+  const bool look_in_store = !keys.not_stored[i];
+  k.entry = executable_cache().get_or_build(key, [&] { return build_for_flush(pk, k.name, key, look_in_store); }, &hit);
+  if (hit) {
+    // A use the store cannot see: its LRU order must not evict a kernel
+    // that this process keeps using from memory.
+    if (const std::shared_ptr<cache::Store> stored = store()) stored->touch(key);
   }
-  const PreparedPlan& prepared = reused ? *reused : *fresh;
+  Metrics::global().add(Counter::ExecutableCache, hit ? "hit" : "miss");
+}
+
+std::shared_ptr<PreparedPlan> make_plan(const trace::Trace& trace, const fusion::Options& options) {
+  auto fresh = std::make_shared<PreparedPlan>();
+  fresh->plan = fusion::plan(trace, options);
+  fresh->kernels.resize(fresh->plan.kernels.size());
+  return fresh;
+}
+
+// Launches `prepared`'s kernels on `dev`. A reused plan (`fresh` null) binds
+// this trace's scalars; a fresh one (`fresh` is `prepared`) resolves each
+// kernel it has not resolved yet as it goes.
+void launch_plan(runtime::Device& dev, const trace::Trace& trace, const PreparedPlan& prepared, PreparedPlan* fresh,
+                 KernelKeys& keys) {
+  Metrics& metrics = Metrics::global();
   const fusion::Plan& plan = prepared.plan;
   std::vector<bool> has_kernel(plan.regions.size(), false);
   for (const auto& k : plan.kernels) has_kernel[k.region] = true;
@@ -303,22 +337,11 @@ void flush(runtime::Device& dev, const trace::Trace& trace, std::string_view rea
       args.scalars = pk.scalars;
       args.work = pk.work;
       args.unit_elements = pk.unit_elements;
-      if (reused) {
+      if (!fresh) {
         fusion::bind_scalars(pk, trace, args.ints, args.scalars);  // this trace's learning rate, step, ...
         metrics.add(Counter::ExecutableCache, "hit");
-      } else {
-        const cache::Key key = cache::make_key(ir::serialize(pk.kernel), fingerprint());
-        note_kernel_used(key);
-        PreparedPlan::Kernel& k = fresh->kernels[i];
-        k.name = "kiln_" + key.hex();
-        bool hit = false;
-        k.entry = executable_cache().get_or_build(key, [&] { return build_for_flush(pk, k.name, key); }, &hit);
-        if (hit) {
-          // A use the store cannot see: its LRU order must not evict a
-          // kernel that this process keeps using from memory.
-          if (const std::shared_ptr<cache::Store> stored = store()) stored->touch(key);
-        }
-        metrics.add(Counter::ExecutableCache, hit ? "hit" : "miss");
+      } else if (!fresh->kernels[i].entry) {
+        resolve_kernel(*fresh, i, keys);
       }
       metrics.add(Counter::ExecutableLaunches, pk.kernel.reduce_rank ? "row" : "pointwise");
       dev.launch(prepared.kernels[i].entry->executable, std::move(args));
@@ -329,7 +352,109 @@ void flush(runtime::Device& dev, const trace::Trace& trace, std::string_view rea
       scratch[s] = nullptr;
     }
   }
-  if (fresh) plan_cache().insert(plan_key, std::move(fresh));  // only once every kernel was built or queued
+}
+
+// KILN_COMPILE_THRESHOLD's count: how often each trace structure (its fused
+// plan's key) was flushed while its fused kernels were not cached. Bounded:
+// past the bound the counts start again, so a workload of that many
+// distinct traces compiles later, never differently.
+class Occurrences {
+ public:
+  int64_t next(const cache::Key& key) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (counts_.size() >= kMaxTraces) counts_.clear();
+    return ++counts_[key];
+  }
+
+ private:
+  static constexpr size_t kMaxTraces = size_t{1} << 16;
+  std::mutex mu_;
+  std::unordered_map<cache::Key, int64_t, cache::KeyHash> counts_;
+};
+
+Occurrences& occurrences() {
+  static auto* o = new Occurrences();
+  return *o;
+}
+
+enum class Tier { Fused, OpByOp, OpByOpCompiling };
+
+// How a flush runs a trace with no reused plan. Decided by the trace's count
+// and what the caches hold when it is flushed, never by whether a
+// background compile has finished: a kernel queued for compiling is in the
+// memory cache from the flush that queued it. So a script with a given
+// cache runs the same tiers, and gives the same bits, whatever the timing.
+Tier choose_tier(PreparedPlan& fused, const cache::Key& plan_key, KernelKeys& keys) {
+  if (g_options.compile_threshold <= 1) return Tier::Fused;  // compiled at first sight: no count to keep
+  const std::shared_ptr<cache::Store> stored = store();
+  bool cached = true;
+  for (size_t i = 0; i < fused.plan.kernels.size() && cached; ++i) {
+    const fusion::PlannedKernel& pk = fused.plan.kernels[i];
+    if (pk.work == 0) continue;
+    const cache::Key& key = key_of(pk, keys, i);
+    if (executable_cache().contains(key)) continue;
+    std::optional<cache::Entry> e;
+    if (stored) e = load_stored(*stored, key, "kiln_" + key.hex(), cache::kernel_identity(ir::serialize(pk.kernel)));
+    if (e) {
+      executable_cache().insert_if_absent(key, std::move(*e));
+    } else {
+      keys.not_stored[i] = stored != nullptr;  // looked up once: its build does not look again
+      cached = false;
+    }
+  }
+  if (cached) return Tier::Fused;
+  const int64_t seen = occurrences().next(plan_key);
+  if (seen < g_options.compile_threshold) return Tier::OpByOp;
+  // The occurrence that compiles: fused when the compile is waited for,
+  // else op by op once more while it compiles.
+  return g_options.async_compile ? Tier::OpByOpCompiling : Tier::Fused;
+}
+
+}  // namespace
+
+void flush(runtime::Device& dev, const trace::Trace& trace, std::string_view reason) {
+  if (trace.empty()) return;
+  const TimeScope timing(TimeCategory::Flush);
+  Metrics& metrics = Metrics::global();
+  metrics.add(Counter::TraceFlushes, reason);
+  count_traced_ops(trace, metrics);
+  const cache::Key plan_key = cache::make_key(fusion::plan_signature(trace, g_options.fusion), fingerprint());
+  if (std::shared_ptr<const PreparedPlan> reused = plan_cache().find(plan_key)) {
+    metrics.add(Counter::PlanCache, "hit");
+    metrics.add(Counter::Tiers, "fused");
+    KernelKeys none(0);
+    launch_plan(dev, trace, *reused, nullptr, none);
+    return;
+  }
+  metrics.add(Counter::PlanCache, "miss");
+  std::shared_ptr<PreparedPlan> fused = make_plan(trace, g_options.fusion);
+  KernelKeys keys(fused->plan.kernels.size());
+  const Tier tier = choose_tier(*fused, plan_key, keys);
+  if (tier == Tier::Fused) {
+    metrics.add(Counter::Tiers, "fused");
+    launch_plan(dev, trace, *fused, fused.get(), keys);
+    plan_cache().insert(plan_key, std::move(fused));  // only once every kernel was built or queued
+    return;
+  }
+  if (tier == Tier::OpByOpCompiling) {
+    for (size_t i = 0; i < fused->plan.kernels.size(); ++i)
+      if (fused->plan.kernels[i].work != 0) resolve_kernel(*fused, i, keys);
+    plan_cache().insert(plan_key, std::move(fused));  // the next occurrence runs fused
+  }
+  metrics.add(Counter::Tiers, tier == Tier::OpByOp ? "op by op" : "op by op, compiling");
+  // Op by op: one kernel per op, the kernels every trace of these ops shares.
+  fusion::Options one_op = g_options.fusion;
+  one_op.max_ops = 1;
+  const cache::Key op_key = cache::make_key(fusion::plan_signature(trace, one_op), fingerprint());
+  if (std::shared_ptr<const PreparedPlan> reused = plan_cache().find(op_key)) {
+    KernelKeys none(0);
+    launch_plan(dev, trace, *reused, nullptr, none);
+    return;
+  }
+  std::shared_ptr<PreparedPlan> by_op = make_plan(trace, one_op);
+  KernelKeys op_keys(by_op->plan.kernels.size());
+  launch_plan(dev, trace, *by_op, by_op.get(), op_keys);
+  plan_cache().insert(op_key, std::move(by_op));
 }
 
 }  // namespace kiln::engine

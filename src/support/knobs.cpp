@@ -160,6 +160,11 @@ const std::vector<KnobSpec>& knob_table() {
        "1: a flush that needs a new kernel queues its launch and goes on while a background thread compiles "
        "it (the device waits for it, the program does not); 0: the flush compiles it before returning.",
        set_flag<&Settings::async_compile>},
+      {"KILN_COMPILE_THRESHOLD", KnobKind::Integer, "1",
+       "Occurrences of a trace before its fused kernels are compiled: until then a trace whose fused "
+       "kernels are not cached (in memory or in the store) runs op by op, one kernel per op (kernels shared "
+       "by every trace). 1: compile at first sight.",
+       set_integer<&Settings::compile_threshold>, 1, 1000000},
       {"KILN_COMPILE_DELAY_MS", KnobKind::Integer, "0",
        "Test suite only: milliseconds every kernel compile sleeps first, to show that results never "
        "depend on when a compile finishes.",

@@ -38,6 +38,7 @@ const char* Metrics::counter_name(Counter counter) {
     case Counter::StoreTime: return "store_time";
     case Counter::StoredVerdicts: return "stored_verdicts";
     case Counter::WarmStart: return "warm_start";
+    case Counter::Tiers: return "tiers";
   }
   return "?";
 }

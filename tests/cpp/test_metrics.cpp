@@ -19,7 +19,7 @@ const Counter kAllCounters[] = {Counter::Launches,        Counter::TracedOps,   
                                 Counter::KernelsCompiled, Counter::CompileTime,        Counter::ExecutableCache,
                                 Counter::PlanCache,       Counter::ExecutableLaunches, Counter::BytesNotWritten,
                                 Counter::BytesReused,     Counter::ExecutableStore,    Counter::StoreTime,
-                                Counter::StoredVerdicts,  Counter::WarmStart};
+                                Counter::StoredVerdicts,  Counter::WarmStart,          Counter::Tiers};
 
 bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
@@ -50,7 +50,7 @@ TEST(Metrics, CounterNamesAreDistinct) {
                                              "kernels_compiled", "compile_time",        "executable_cache",
                                              "plan_cache",       "executable_launches", "bytes_not_written",
                                              "bytes_reused",     "executable_store",    "store_time",
-                                             "stored_verdicts",  "warm_start"}));
+                                             "stored_verdicts",  "warm_start",          "tiers"}));
 }
 
 TEST(Metrics, SnapshotHasEveryCounter) {

@@ -30,6 +30,8 @@ BAD_VALUES = [
     ("KILN_ASYNC_COMPILE", "on"),
     ("KILN_COMPILE_DELAY_MS", "-5"),
     ("KILN_COMPILE_DELAY_MS", "1s"),
+    ("KILN_COMPILE_THRESHOLD", "0"),
+    ("KILN_COMPILE_THRESHOLD", "two"),
     ("KILN_OPT_LEVEL", "4"),
     ("KILN_OPT_LEVEL", "-1"),
     ("KILN_OPT_LEVEL", "O2"),

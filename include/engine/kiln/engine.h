@@ -33,6 +33,10 @@ struct Options {
   // launches wait on the device queue; off without the knobs (tests of the
   // engine compile in the flush).
   bool async_compile = false;
+  // KILN_COMPILE_THRESHOLD (default 1, as the knob's): the occurrence of a
+  // trace at which its fused kernels are compiled; before it, a trace whose
+  // fused kernels are not cached runs op by op.
+  int64_t compile_threshold = 1;
   int compile_delay_ms = 0;  // KILN_COMPILE_DELAY_MS: tests' artificial compile time
   // The persistent store's directory (KILN_CACHE, KILN_CACHE_DIR); empty:
   // compiled kernels live in memory only (the default without the knobs).

@@ -42,6 +42,8 @@ enum class Counter {
                        // query), used (a check skipped), learned (new here, saved at exit)
   WarmStart,           // device memory reserved ahead from the program's last run: prefilled_bytes,
                        // prefill_used_bytes (of those, what allocations took)
+  Tiers,               // flushes by how their trace ran: fused; op by op (below KILN_COMPILE_THRESHOLD,
+                       // or while its fused kernels compile)
 };
 
 struct TimeBreakdown;
@@ -66,7 +68,7 @@ class Metrics {
  private:
   void write_counters(std::ostream& os) const;
   using Table = std::map<std::string, int64_t, std::less<>>;
-  static constexpr int kCounters = static_cast<int>(Counter::WarmStart) + 1;
+  static constexpr int kCounters = static_cast<int>(Counter::Tiers) + 1;
   mutable std::mutex mu_;
   Table tables_[kCounters];
 };
