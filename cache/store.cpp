@@ -196,8 +196,9 @@ struct Store::Impl {
   }
 
   // OK with the value, NotFound, or what RocksDB met instead (its own block
-  // checksums catch a flipped byte on disk: Corruption).
-  rocksdb::Status read(const std::string& key, std::string& value) {
+  // checksums catch a flipped byte on disk: Corruption). `damaged_view`:
+  // whether the value came from a database this reader has seen damaged.
+  rocksdb::Status read(const std::string& key, std::string& value, bool& damaged_view) {
     std::lock_guard<std::mutex> lock(read_mu);
     rocksdb::DB* db = ensure_reader();
     if (db && reader_saw_damage && mtime_ns(marker_path) != caught_up_to) {
@@ -207,6 +208,7 @@ struct Store::Impl {
     if (!db) return rocksdb::Status::NotFound();
     rocksdb::Status s = db->Get(rocksdb::ReadOptions(), key, &value);
     if (s.IsCorruption() && !std::exchange(reader_saw_damage, true)) note_damage(s.ToString());
+    damaged_view = reader_saw_damage;
     if (!s.IsNotFound()) return s;
     if (mtime_ns(marker_path) == caught_up_to) return s;  // nothing written since we last looked
     db = reopen_reader();
@@ -375,7 +377,8 @@ StoreLookupResult Store::get(const Key& key, std::string_view fingerprint, const
   StoreLookupResult r;
   std::string value;
   const std::string raw = key_bytes(key);
-  const rocksdb::Status s = impl_->read(raw, value);
+  bool damaged_view = false;
+  const rocksdb::Status s = impl_->read(raw, value, damaged_view);
   if (s.IsNotFound()) {
     r.outcome = impl_->why_absent(raw, detail::kernel_bytes(kernel), fingerprint, r.detail);
     return r;
@@ -389,7 +392,14 @@ StoreLookupResult Store::get(const Key& key, std::string_view fingerprint, const
   }
   r.outcome = Lookup::Hit;
   impl_->know(key);
-  touch(key);
+  if (damaged_view && !impl_->read_only) {
+    // Read whole from a database that is being rebuilt, perhaps after the
+    // rebuild listed what this process knew: written again, so that the
+    // rebuilt database keeps it (the next run would compile it otherwise).
+    impl_->enqueue({detail::Change::Put, raw, value, detail::kernel_bytes(e.kernel)});
+  } else {
+    touch(key);
+  }
   r.object = std::move(e.object);
   r.compile_ms = e.compile_ms;
   return r;
