@@ -1,5 +1,6 @@
 """Knobs: validation at import, unknown-variable warnings, the CLI and docs/knobs.md."""
 
+import json
 import os
 import subprocess
 import sys
@@ -35,6 +36,14 @@ BAD_VALUES = [
     ("KILN_OPT_LEVEL", "4"),
     ("KILN_OPT_LEVEL", "-1"),
     ("KILN_OPT_LEVEL", "O2"),
+    ("KILN_MODE", "fast"),
+    ("KILN_TRACE_MAX_OPS", "0"),
+    ("KILN_TRACE_MAX_OPS", "many"),
+    ("KILN_FUSION_MAX_OPS", "0"),
+    ("KILN_FUSION_MAX_OPS", "5000"),
+    ("KILN_FAST_MATH", "2"),
+    ("KILN_NUM_THREADS", "0"),
+    ("KILN_NUM_THREADS", "all"),
 ]
 
 
@@ -103,3 +112,95 @@ def test_log_channels_print_to_stderr():
     assert "[kiln:fallback] aten::_logcumsumexp runs on the host" in r.stderr
     quiet = run_python(code)
     assert "[kiln:" not in quiet.stderr
+
+
+# Each code-shaping or scheduling knob against its default, in fresh processes.
+CHAIN = """
+import json, torch, kiln
+d = kiln.DEVICE_NAME
+torch.manual_seed(0)
+x = torch.randn(1 << 16)
+y = torch.rand(1 << 16) + 0.5
+z = x.to(d)
+for _ in range(5):
+    z = (z * 1.25 + 0.5).sin()
+q = (x.to(d) / y.to(d)).cpu()
+z = z.cpu()
+c = kiln.metrics.counters()
+cores = getattr(torch, d).get_device_properties(0).multi_processor_count
+print(json.dumps({"mode": kiln.mode(), "flushes": c["trace_flushes"], "launches": c["executable_launches"],
+                  "division_as_cpu": torch.equal(q, x / y), "cores": cores}))
+"""
+
+
+def chain_with(**knobs):
+    r = run_python(CHAIN, env={"KILN_CACHE": "0", "KILN_MODE": "lazy", **knobs})
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_mode_eager_records_nothing():
+    assert chain_with(KILN_MODE="eager")["mode"] == "eager"
+    assert chain_with(KILN_MODE="eager")["launches"] == {}  # every op launched on its own: no compiled kernel
+    assert chain_with()["launches"] != {}
+
+
+def test_trace_max_ops_flushes_a_long_trace_early():
+    assert "trace size limit" not in chain_with()["flushes"]
+    assert chain_with(KILN_TRACE_MAX_OPS="4")["flushes"]["trace size limit"] >= 3  # 15 ops in 4s
+
+
+def test_fusion_max_ops_splits_regions():
+    fused = sum(chain_with()["launches"].values())
+    split = sum(chain_with(KILN_FUSION_MAX_OPS="1")["launches"].values())
+    assert split > fused, (split, fused)
+
+
+def test_fast_math_divides_by_a_refined_estimate():
+    assert chain_with()["division_as_cpu"]
+    assert not chain_with(KILN_FAST_MATH="1")["division_as_cpu"]  # within an ulp or two, not eager's bits
+
+
+def test_num_threads_is_what_a_kernel_splits_over():
+    assert chain_with(KILN_NUM_THREADS="1")["cores"] == 1
+    assert chain_with(KILN_NUM_THREADS="3")["cores"] == 3
+
+
+def test_dump_dir_keeps_each_compiled_regions_ir(tmp_path):
+    chain_with(KILN_DUMP_DIR=str(tmp_path))
+    names = os.listdir(tmp_path)
+    assert any(n.endswith(".ll") for n in names) and any(n.endswith(".kir") for n in names), names
+
+
+def test_metrics_prints_the_report_at_exit():
+    r = run_python("import torch; (torch.ones(4, device='neuron') * 2).cpu()", env={"KILN_METRICS": "1"})
+    assert r.returncode == 0 and "kiln metrics" in (r.stdout + r.stderr).lower(), r.stdout + r.stderr[-2000:]
+    quiet = run_python("import torch; (torch.ones(4, device='neuron') * 2).cpu()")
+    assert "kiln metrics" not in (quiet.stdout + quiet.stderr).lower()
+
+
+# The knobs the adaptive-eager issue names. Two are not built yet: the test
+# fails for them, and says so, until they are (xfail strict: building them
+# turns it into a failure to be removed).
+ADAPTIVE_KNOBS = (
+    "KILN_MODE KILN_DEVICE_NAME KILN_DEVICE_COUNT KILN_DEVICE_MEMORY_MB KILN_LAUNCH_BLOCKING KILN_TRACE_MAX_OPS "
+    "KILN_FUSION_MAX_OPS KILN_COMPILE_THRESHOLD KILN_ASYNC_COMPILE KILN_OPT_LEVEL KILN_FAST_MATH KILN_NUM_THREADS "
+    "KILN_CACHE KILN_CACHE_DIR KILN_CACHE_MAX_MB KILN_CACHE_READONLY KILN_LOG KILN_DUMP_DIR KILN_METRICS KILN_FALLBACK"
+).split()
+NOT_BUILT = ("KILN_QUEUE_LOW_WATERMARK", "KILN_SHAPE_SPECIALIZE")
+
+
+def listed_knobs():
+    r = run_python("import subprocess, sys; subprocess.run([sys.executable, '-m', 'kiln', 'knobs'])")
+    return {line.split()[0] for line in r.stdout.splitlines() if line.startswith("KILN_")}
+
+
+def test_every_adaptive_knob_is_in_the_table():
+    missing = set(ADAPTIVE_KNOBS) - listed_knobs()
+    assert not missing, missing
+
+
+@pytest.mark.xfail(strict=True, reason="not built yet: KILN_QUEUE_LOW_WATERMARK and KILN_SHAPE_SPECIALIZE")
+def test_the_knobs_not_built_yet_are_in_the_table():
+    missing = set(NOT_BUILT) - listed_knobs()
+    assert not missing, missing
