@@ -82,7 +82,10 @@ void Lowering::emit(const std::string& symbol) {
   if (llvm::verifyFunction(*fn_, &os)) throw std::runtime_error("kiln codegen produced invalid LLVM IR: " + os.str());
 }
 
-Value* Lowering::int_arg(int i) { return launch_arg(i64_, ints_, i); }
+Value* Lowering::int_arg(int i) {
+  if (i < static_cast<int>(k_.baked_geometry.size())) return b_.getInt64(k_.baked_geometry[i]);
+  return launch_arg(i64_, ints_, i);
+}
 
 // The launch's ints and scalars never change while a kernel runs. Saying
 // so lets LLVM hoist a scalar read inside a loop and keeps the vectorizer

@@ -288,6 +288,14 @@ std::shared_ptr<PreparedPlan> make_plan(const trace::Trace& trace, const fusion:
   auto fresh = std::make_shared<PreparedPlan>();
   fresh->plan = fusion::plan(trace, options);
   fresh->kernels.resize(fresh->plan.kernels.size());
+  if (g_options.shape_specialize) {
+    // A plan is reused only for traces of its signature, which holds every
+    // size, stride and offset: the baked geometry is theirs too.
+    for (fusion::PlannedKernel& pk : fresh->plan.kernels) {
+      const auto n = static_cast<size_t>(pk.kernel.geometry_ints_count());
+      pk.kernel.baked_geometry.assign(pk.ints.begin(), pk.ints.begin() + n);
+    }
+  }
   return fresh;
 }
 

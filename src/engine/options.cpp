@@ -14,6 +14,7 @@ Options options_for(const Settings& s) {
   o.num_threads = s.num_threads;
   o.async_compile = s.async_compile;
   o.compile_threshold = s.compile_threshold;
+  o.shape_specialize = s.shape_specialize;
   o.compile_delay_ms = static_cast<int>(s.compile_delay_ms);
   o.dump_dir = s.dump_dir;
   if (s.cache) o.cache_dir = s.cache_dir;

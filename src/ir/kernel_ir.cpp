@@ -108,6 +108,8 @@ std::vector<bool> row_level_nodes(const Kernel& k) {
 
 void validate(const Kernel& k) {
   if (k.rank < 1) invalid("rank must be at least 1");
+  if (!k.baked_geometry.empty() && static_cast<int>(k.baked_geometry.size()) != k.geometry_ints_count())
+    invalid("baked geometry is not one value per size, offset and stride");
   if (k.reduce_rank < 0 || k.reduce_rank > k.rank) invalid("reduce_rank must be in 0..rank");
   if (k.reduce_rank == 0 && !k.reductions.empty()) invalid("reductions in a kernel without reduced dims");
   for (const Access& a : k.accesses) {
@@ -206,6 +208,11 @@ std::string to_text(const Kernel& k) {
   std::ostringstream os;
   os << "kernel rank=" << k.rank << " reduce_rank=" << k.reduce_rank << " buffers=" << k.num_buffers
      << (k.streaming_stores ? " streaming-stores" : "") << "\n";
+  if (!k.baked_geometry.empty()) {
+    os << "  baked geometry:";
+    for (int64_t v : k.baked_geometry) os << " " << v;
+    os << "\n";
+  }
   for (size_t i = 0; i < k.scalars.size(); ++i) os << "  scalar s" << i << ": " << dtype_name(k.scalars[i]) << "\n";
   static const char* inner[] = {"contiguous", "broadcast", "strided"};
   for (size_t i = 0; i < k.accesses.size(); ++i) {
@@ -267,6 +274,12 @@ std::string serialize(const Kernel& k) {
   for (const Store& s : k.stores) {
     put(out, s.access);
     put(out, s.value);
+  }
+  // Only where baked: a size-generic kernel's bytes (and cache key) are as
+  // before the field existed.
+  if (!k.baked_geometry.empty()) {
+    out += "geom";
+    for (int64_t v : k.baked_geometry) put(out, v);
   }
   return out;
 }

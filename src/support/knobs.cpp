@@ -165,6 +165,10 @@ const std::vector<KnobSpec>& knob_table() {
        "kernels are not cached (in memory or in the store) runs op by op, one kernel per op (kernels shared "
        "by every trace). 1: compile at first sight.",
        set_integer<&Settings::compile_threshold>, 1, 1000000},
+      {"KILN_SHAPE_SPECIALIZE", KnobKind::Boolean, "0",
+       "1: bake each launch's sizes and strides into its compiled kernel, so that LLVM knows every trip "
+       "count (one kernel per geometry: a new size compiles again); 0: one kernel serves every size.",
+       set_flag<&Settings::shape_specialize>},
       {"KILN_COMPILE_DELAY_MS", KnobKind::Integer, "0",
        "Test suite only: milliseconds every kernel compile sleeps first, to show that results never "
        "depend on when a compile finishes.",

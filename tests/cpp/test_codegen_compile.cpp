@@ -181,3 +181,58 @@ TEST(Codegen, EveryOptLevelComputesTheSameBits) {
   }
   EXPECT_NE(fingerprints[0].find("opt_level=0"), std::string::npos) << fingerprints[0];
 }
+
+// KILN_SHAPE_SPECIALIZE: a kernel with its launch geometry baked in computes
+// what the size-generic one computes from the same launch ints (pointwise:
+// the same bits; a row sum: within the tolerance of its lanes), and is
+// another kernel to the cache.
+TEST(Codegen, BakedGeometryComputesWhatTheGenericKernelComputes) {
+  test::KernelBuilder pw(2);
+  {
+    const DType f = DType::Float32;
+    int x = pw.access(f, ir::Inner::Contiguous);
+    int bias = pw.access(f, ir::Inner::Broadcast);  // one value per row
+    int out = pw.access(f, ir::Inner::Contiguous);
+    pw.store(out, pw.node(Op::Add, f, pw.node(Op::Tanh, f, pw.load(x)), pw.load(bias)));
+  }
+  test::KernelBuilder row(2, 1);
+  {
+    int x = row.access(DType::Float32, ir::Inner::Contiguous);
+    int out = row.access(DType::Float32, ir::Inner::Broadcast, true);
+    row.store(out, row.reduce(ir::ReduceKind::Sum, DType::Float32, row.load(x)));
+  }
+  const int rows = 7, cols = 301;
+  std::vector<float> xs(rows * cols), bias(rows);
+  for (int i = 0; i < rows * cols; ++i) xs[i] = std::sin(i * 0.37f) * 3;
+  for (int r = 0; r < rows; ++r) bias[r] = r * 0.5f;
+  const std::vector<int64_t> pw_ints =
+      test::launch_ints(pw.k, {rows, cols}, {{0, {cols, 1}}, {0, {1, 0}}, {0, {cols, 1}}});
+  const std::vector<int64_t> row_ints = test::launch_ints(row.k, {rows, cols}, {{0, {cols, 1}}, {0, {1, 0}}});
+  auto baked = [](ir::Kernel k, const std::vector<int64_t>& ints) {
+    k.baked_geometry.assign(ints.begin(), ints.begin() + k.geometry_ints_count());
+    ir::validate(k);
+    return k;
+  };
+  const ir::Kernel pw_baked = baked(pw.k, pw_ints), row_baked = baked(row.k, row_ints);
+  EXPECT_NE(ir::serialize(pw_baked), ir::serialize(pw.k));
+  EXPECT_NE(ir::to_text(pw_baked).find("baked geometry: 7 301"), std::string::npos) << ir::to_text(pw_baked);
+
+  std::vector<float> generic(rows * cols), specialized(rows * cols);
+  Compiled run_generic(pw.k), run_baked(pw_baked);
+  run_generic({xs.data(), bias.data(), generic.data()}, pw_ints, {}, 0, rows * cols);
+  run_baked({xs.data(), bias.data(), specialized.data()}, pw_ints, {}, 0, rows * cols);
+  EXPECT_EQ(0, std::memcmp(generic.data(), specialized.data(), generic.size() * sizeof(float)));
+
+  std::vector<float> sums(rows), baked_sums(rows);
+  Compiled run_row(row.k), run_row_baked(row_baked);
+  run_row({xs.data(), sums.data()}, row_ints, {}, 0, rows);
+  // The baked kernel ignores the geometry it is given: zeros where sizes were.
+  std::vector<int64_t> no_geometry = row_ints;
+  for (int i = 0; i < row.k.geometry_ints_count(); ++i) no_geometry[i] = 0;
+  run_row_baked({xs.data(), baked_sums.data()}, no_geometry, {}, 0, rows);
+  for (int r = 0; r < rows; ++r) EXPECT_NEAR(baked_sums[r], sums[r], 1e-5 * 3 * cols) << "row " << r;
+
+  ir::Kernel wrong = pw.k;
+  wrong.baked_geometry = {rows, cols};
+  EXPECT_THROW(ir::validate(wrong), std::invalid_argument);
+}

@@ -46,6 +46,7 @@ const std::vector<KnobCase>& every_knob() {
       {"KILN_FAST_MATH", "1", [](Settings& s) { s.fast_math = true; }},
       {"KILN_OPT_LEVEL", "0", [](Settings& s) { s.opt_level = 0; }},
       {"KILN_COMPILE_THRESHOLD", "4", [](Settings& s) { s.compile_threshold = 4; }},
+      {"KILN_SHAPE_SPECIALIZE", "1", [](Settings& s) { s.shape_specialize = true; }},
       {"KILN_ASYNC_COMPILE", "0", [](Settings& s) { s.async_compile = false; }},
       {"KILN_COMPILE_DELAY_MS", "25", [](Settings& s) { s.compile_delay_ms = 25; }},
       {"KILN_NUM_THREADS", std::to_string(other_thread_count()),

@@ -44,6 +44,7 @@ BAD_VALUES = [
     ("KILN_FAST_MATH", "2"),
     ("KILN_NUM_THREADS", "0"),
     ("KILN_NUM_THREADS", "all"),
+    ("KILN_SHAPE_SPECIALIZE", "yes"),
 ]
 
 
@@ -179,15 +180,15 @@ def test_metrics_prints_the_report_at_exit():
     assert "kiln metrics" not in (quiet.stdout + quiet.stderr).lower()
 
 
-# The knobs the adaptive-eager issue names. Two are not built yet: the test
-# fails for them, and says so, until they are (xfail strict: building them
-# turns it into a failure to be removed).
+# The knobs the adaptive-eager issue names. One is not built yet: the test
+# fails for it, and says so, until it is (xfail strict: building it turns
+# it into a failure to be removed).
 ADAPTIVE_KNOBS = (
     "KILN_MODE KILN_DEVICE_NAME KILN_DEVICE_COUNT KILN_DEVICE_MEMORY_MB KILN_LAUNCH_BLOCKING KILN_TRACE_MAX_OPS "
     "KILN_FUSION_MAX_OPS KILN_COMPILE_THRESHOLD KILN_ASYNC_COMPILE KILN_OPT_LEVEL KILN_FAST_MATH KILN_NUM_THREADS "
     "KILN_CACHE KILN_CACHE_DIR KILN_CACHE_MAX_MB KILN_CACHE_READONLY KILN_LOG KILN_DUMP_DIR KILN_METRICS KILN_FALLBACK"
 ).split()
-NOT_BUILT = ("KILN_QUEUE_LOW_WATERMARK", "KILN_SHAPE_SPECIALIZE")
+NOT_BUILT = ("KILN_QUEUE_LOW_WATERMARK",)
 
 
 def listed_knobs():
@@ -200,7 +201,7 @@ def test_every_adaptive_knob_is_in_the_table():
     assert not missing, missing
 
 
-@pytest.mark.xfail(strict=True, reason="not built yet: KILN_QUEUE_LOW_WATERMARK and KILN_SHAPE_SPECIALIZE")
+@pytest.mark.xfail(strict=True, reason="not built yet: KILN_QUEUE_LOW_WATERMARK")
 def test_the_knobs_not_built_yet_are_in_the_table():
     missing = set(NOT_BUILT) - listed_knobs()
     assert not missing, missing

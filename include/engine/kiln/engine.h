@@ -37,6 +37,9 @@ struct Options {
   // trace at which its fused kernels are compiled; before it, a trace whose
   // fused kernels are not cached runs op by op.
   int64_t compile_threshold = 1;
+  // KILN_SHAPE_SPECIALIZE: kernels get their launch geometry as constants
+  // (ir::Kernel::baked_geometry).
+  bool shape_specialize = false;
   int compile_delay_ms = 0;  // KILN_COMPILE_DELAY_MS: tests' artificial compile time
   // The persistent store's directory (KILN_CACHE, KILN_CACHE_DIR); empty:
   // compiled kernels live in memory only (the default without the knobs).

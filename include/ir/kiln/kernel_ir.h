@@ -114,6 +114,11 @@ struct Kernel {
   // sets it for launches whose output will not stay cached for its reader
   // anyway; only for kernels that can_stream_stores.
   bool streaming_stores = false;
+  // KILN_SHAPE_SPECIALIZE: the launch's geometry ints (sizes, offsets and
+  // strides: every int before the first scalar slot) as constants of the
+  // code, which then serves only that geometry. Empty: read at launch, one
+  // kernel for every size.
+  std::vector<int64_t> baked_geometry;
   bool operator==(const Kernel&) const = default;
 
   // Runtime integer arguments (LaunchArgs::ints), in this order:
@@ -126,6 +131,7 @@ struct Kernel {
   int stride_index(int access, int d) const { return offset_index(access) + 1 + d; }
   int int_scalar_index(int slot) const { return offset_index(static_cast<int>(accesses.size())) + slot; }
   int ints_count() const { return int_scalar_index(static_cast<int>(scalars.size())); }
+  int geometry_ints_count() const { return int_scalar_index(0); }
 };
 
 // Whether a node's value is the same at every point of the reduced dims.

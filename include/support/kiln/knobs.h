@@ -86,6 +86,7 @@ struct Settings {
   int64_t stream_min_mb;      // 0: never
   bool async_compile;         // KILN_ASYNC_COMPILE
   int64_t compile_threshold;  // KILN_COMPILE_THRESHOLD
+  bool shape_specialize;      // KILN_SHAPE_SPECIALIZE
   int64_t compile_delay_ms;   // KILN_COMPILE_DELAY_MS (tests)
   std::string dump_dir;       // empty: off
   bool cache;                 // KILN_CACHE: keep compiled kernels in the persistent store
