@@ -4,7 +4,7 @@ BUILD  ?= build
 JOBS   ?= 2
 PYTEST_ARGS ?=
 
-.PHONY: setup build install demo test test-cpp test-python lint bench soak docs clean
+.PHONY: setup build install demo test test-cpp test-python lint bench bench-knobs soak docs clean
 QUICK ?=
 
 setup:
@@ -54,6 +54,12 @@ lint: setup
 bench: install
 	@$(PYTHON) -c 'import matplotlib' 2>/dev/null || $(PYTHON) -m pip install -q matplotlib
 	$(PYTHON) bench/run_bench.py $(if $(QUICK),--quick,) --micro $(BUILD)/kiln_runtime_bench --report
+
+# What each adaptive-eager knob setting does against the defaults, in fresh
+# interleaved processes (bench/knob_sweep.py; the numbers of docs/tuning.md).
+# Writes bench/results/knobs-<date>-<host>.json. About 10 minutes.
+bench-knobs: install
+	$(PYTHON) bench/knob_sweep.py
 
 # The persistent-cache issue's memory soak: one process, SOAK_PROGRAMS random
 # programs in lazy mode, each checked against eager CPU; resident memory must

@@ -193,6 +193,10 @@ std::optional<PlannedKernel> RegionBuilder::build(const std::vector<bool>& keep,
   }
   out.work = out.unit_elements = 1;
   for (const Dim& d : dims) (d.reduced ? out.unit_elements : out.work) *= d.size;
+  // An empty space is never compiled or launched (the engine skips work 0),
+  // and its dims say nothing of which values are row-level: a view expanded
+  // over a size-0 dim may be both.
+  if (out.work == 0) return out;
   ir::validate(k);
   return out;
 }

@@ -101,6 +101,11 @@ def test_random_programs_match_eager(dev, chunk):
 # uses ATen's C++ meta functions (src/dispatch/eager/cpp_meta.h), a cause not
 # traced further.
 SOAK_SEEDS_THAT_DIFFERED = [1004650, 1005343, 1015248, 1015469, 1017440]
+# The soak of 2026-12-04: the flush failed with "invalid kernel IR: a
+# row-level store of an element-level value" for a region over an empty
+# space (a size-0 dim), a kernel that is never compiled or launched; its IR
+# is no longer validated (fusion/build_kernel.cpp).
+SOAK_SEEDS_THAT_DIFFERED.append(1003589)
 
 
 @pytest.mark.skipif(kiln.mode() != "lazy", reason="compares lazy mode with eager CPU")
