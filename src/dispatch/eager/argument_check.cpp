@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "dispatch/backend/devices.h"
+#include "dispatch/eager/hash_mix.h"
 #include "dispatch/eager/tensor_alias.h"
 
 namespace kiln::dispatch {
@@ -71,8 +72,8 @@ uint64_t argument_case(uint64_t argument_pattern, const torch::jit::Stack& stack
   }
   uint64_t h = argument_pattern;
   auto mix = [&](uint64_t position, int64_t value) {
-    h = (h ^ position) * 1099511628211ull;
-    h = (h ^ static_cast<uint64_t>(value)) * 1099511628211ull;
+    h = mix_in(h, position);
+    h = mix_in(h, static_cast<uint64_t>(value));
   };
   auto note = [&](size_t i, auto v) {
     if (fits_all(v, dtypes)) return;

@@ -4,6 +4,7 @@
 #include <shared_mutex>
 #include <unordered_set>
 
+#include "dispatch/eager/hash_mix.h"
 #include "dispatch/eager/tensor_alias.h"
 #include "kiln/engine.h"
 #include "kiln/trace.h"
@@ -43,7 +44,7 @@ const std::unordered_set<std::string> kGeometryFromCpuOps = {
 // Flags count by value: batch norm's `training` changes its outputs' shapes.
 uint64_t argument_signature(const torch::jit::Stack& stack, size_t first) {
   uint64_t h = 1469598103934665603ull;
-  auto mix = [&](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+  auto mix = [&](uint64_t v) { h = mix_in(h, v); };
   for (size_t i = first; i < stack.size(); ++i) {
     const c10::IValue& v = stack[i];
     mix(v.isTensor()          ? 1
@@ -140,7 +141,7 @@ std::unique_ptr<OpInfo> make_op_info(const c10::OperatorHandle& op) {
   info.name = schema.name() + (schema.overload_name().empty() ? "" : "." + schema.overload_name());
   info.trace_name = trace::intern_op_name(info.name);
   info.name_hash = 1469598103934665603ull;
-  for (unsigned char c : info.name) info.name_hash = (info.name_hash ^ c) * 1099511628211ull;
+  for (unsigned char c : info.name) info.name_hash = mix_in(info.name_hash, c);
   info.lowering = find_lowering(info.name);
   const auto& args = schema.arguments();
   for (const auto& a : args) {

@@ -4,6 +4,7 @@
 #include <limits>
 
 #include "dispatch/eager/cpp_meta.h"
+#include "dispatch/eager/hash_mix.h"
 #include "dispatch/eager/tensor_alias.h"
 
 namespace kiln::dispatch {
@@ -171,7 +172,7 @@ class DiscardWarnings final : public c10::WarningHandler {
 constexpr uint64_t kHashSeed = 1469598103934665603ull;
 
 uint64_t hash_key(c10::ArrayRef<int64_t> key, uint64_t h = kHashSeed) {
-  for (int64_t k : key) h = (h ^ static_cast<uint64_t>(k)) * 1099511628211ull;
+  for (int64_t k : key) h = mix_in(h, static_cast<uint64_t>(k));
   return h;
 }
 
