@@ -128,14 +128,14 @@ std::optional<cache::Entry> load_stored(cache::Store& store, const cache::Key& k
   return e;
 }
 
+// `kernel`: the kernel's identity (cache::kernel_identity of its IR);
 // `look_in_store`: false where the flush has just looked and missed.
 cache::Entry build(const fusion::PlannedKernel& pk, const std::string& name, const cache::Key& key,
-                   bool look_in_store) {
+                   const cache::Key& kernel, bool look_in_store) {
   const TimeScope timing(TimeCategory::Compile);  // the warm-up it waits for, the compile and the load
   if (g_options.compile_delay_ms > 0)
     std::this_thread::sleep_for(std::chrono::milliseconds(g_options.compile_delay_ms));
   const std::shared_ptr<cache::Store> stored = store();
-  const cache::Key kernel = stored ? cache::kernel_identity(ir::serialize(pk.kernel)) : cache::Key{};
   if (stored && look_in_store) {
     if (std::optional<cache::Entry> e = load_stored(*stored, key, name, kernel)) return std::move(*e);
   }
@@ -171,12 +171,12 @@ cache::Entry build(const fusion::PlannedKernel& pk, const std::string& name, con
 // KILN_ASYNC_COMPILE, a DeferredExecutable that the background thread's
 // build resolves (background_compiles.h); else the built kernel itself.
 cache::Entry build_for_flush(const fusion::PlannedKernel& pk, const std::string& name, const cache::Key& key,
-                             bool look_in_store) {
-  if (!g_options.async_compile) return build(pk, name, key, look_in_store);
+                             const cache::Key& kernel, bool look_in_store) {
+  if (!g_options.async_compile) return build(pk, name, key, kernel, look_in_store);
   auto deferred = std::make_shared<DeferredExecutable>(name);
-  compile_in_background([pk, name, key, deferred, look_in_store] {
+  compile_in_background([pk, name, key, kernel, deferred, look_in_store] {
     try {
-      deferred->resolve(build(pk, name, key, look_in_store).executable);
+      deferred->resolve(build(pk, name, key, kernel, look_in_store).executable);
     } catch (...) {
       // Every launch of it raises this at the device's next sync point, as a
       // compile in the flush would have raised at the flush.
@@ -252,16 +252,21 @@ static void count_traced_ops(const trace::Trace& trace, Metrics& metrics) {
 
 namespace {
 
-// The key of each kernel of a fresh plan, and whether the flush has already
-// looked it up in the store and missed; filled as they are needed.
+// The key and the kernel identity (the store's, over the IR alone) of each
+// kernel of a fresh plan, from one serialization, and whether the flush has
+// already looked it up in the store and missed; filled as they are needed.
 struct KernelKeys {
-  std::vector<cache::Key> key;
+  std::vector<cache::Key> key, identity;
   std::vector<bool> not_stored;
-  explicit KernelKeys(size_t n) : key(n), not_stored(n, false) {}
+  explicit KernelKeys(size_t n) : key(n), identity(n), not_stored(n, false) {}
 };
 
 const cache::Key& key_of(const fusion::PlannedKernel& pk, KernelKeys& keys, size_t i) {
-  if (keys.key[i] == cache::Key{}) keys.key[i] = cache::make_key(ir::serialize(pk.kernel), fingerprint());
+  if (keys.key[i] == cache::Key{}) {
+    const std::string ir = ir::serialize(pk.kernel);
+    keys.key[i] = cache::make_key(ir, fingerprint());
+    keys.identity[i] = cache::kernel_identity(ir);
+  }
   return keys.key[i];
 }
 
@@ -275,7 +280,8 @@ void resolve_kernel(PreparedPlan& fresh, size_t i, KernelKeys& keys) {
   k.name = "kiln_" + key.hex();
   bool hit = false;
   const bool look_in_store = !keys.not_stored[i];
-  k.entry = executable_cache().get_or_build(key, [&] { return build_for_flush(pk, k.name, key, look_in_store); }, &hit);
+  k.entry = executable_cache().get_or_build(
+      key, [&] { return build_for_flush(pk, k.name, key, keys.identity[i], look_in_store); }, &hit);
   if (hit) {
     // A use the store cannot see: its LRU order must not evict a kernel
     // that this process keeps using from memory.
@@ -362,6 +368,12 @@ void launch_plan(runtime::Device& dev, const trace::Trace& trace, const Prepared
   }
 }
 
+// A plan made for an earlier trace of this one's signature.
+void launch_reused(runtime::Device& dev, const trace::Trace& trace, const PreparedPlan& plan) {
+  KernelKeys none(0);
+  launch_plan(dev, trace, plan, nullptr, none);
+}
+
 // KILN_COMPILE_THRESHOLD's count: how often each trace structure (its fused
 // plan's key) was flushed while its fused kernels were not cached. Bounded:
 // past the bound the counts start again, so a workload of that many
@@ -402,7 +414,7 @@ Tier choose_tier(PreparedPlan& fused, const cache::Key& plan_key, KernelKeys& ke
     const cache::Key& key = key_of(pk, keys, i);
     if (executable_cache().contains(key)) continue;
     std::optional<cache::Entry> e;
-    if (stored) e = load_stored(*stored, key, "kiln_" + key.hex(), cache::kernel_identity(ir::serialize(pk.kernel)));
+    if (stored) e = load_stored(*stored, key, "kiln_" + key.hex(), keys.identity[i]);
     if (e) {
       executable_cache().insert_if_absent(key, std::move(*e));
     } else {
@@ -430,8 +442,7 @@ void flush(runtime::Device& dev, const trace::Trace& trace, std::string_view rea
   if (std::shared_ptr<const PreparedPlan> reused = plan_cache().find(plan_key)) {
     metrics.add(Counter::PlanCache, "hit");
     metrics.add(Counter::Tiers, "fused");
-    KernelKeys none(0);
-    launch_plan(dev, trace, *reused, nullptr, none);
+    launch_reused(dev, trace, *reused);
     return;
   }
   metrics.add(Counter::PlanCache, "miss");
@@ -455,8 +466,7 @@ void flush(runtime::Device& dev, const trace::Trace& trace, std::string_view rea
   one_op.max_ops = 1;
   const cache::Key op_key = cache::make_key(fusion::plan_signature(trace, one_op), fingerprint());
   if (std::shared_ptr<const PreparedPlan> reused = plan_cache().find(op_key)) {
-    KernelKeys none(0);
-    launch_plan(dev, trace, *reused, nullptr, none);
+    launch_reused(dev, trace, *reused);
     return;
   }
   std::shared_ptr<PreparedPlan> by_op = make_plan(trace, one_op);
