@@ -17,6 +17,7 @@ class Contender:
     compiled: bool = False  # the workload's compute goes through torch.compile
     reason: str | None = None  # why it cannot run (then it has no numbers)
     warm_store: bool = False  # starts on the store a kiln lazy process of the same workload left
+    env: tuple = ()  # (name, value) pairs of knobs it sets on top of its mode
 
 
 CONTENDERS = [
@@ -24,6 +25,14 @@ CONTENDERS = [
     Contender("cpu_compile", "torch.compile (Inductor), CPU", compiled=True),
     Contender("kiln_eager", "kiln eager (one launch per op)", kiln_mode="eager"),
     Contender("kiln_lazy", "kiln lazy (fused, compiled)", kiln_mode="lazy"),  # on an empty store: a cold start
+    # The fixed policy the adaptive one is measured against (issue 18): every
+    # trace compiled at its first flush, which waits for the compile.
+    Contender(
+        "kiln_lazy_fixed",
+        "kiln lazy, fixed policy (compile at first sight, blocking)",
+        kiln_mode="lazy",
+        env=(("KILN_COMPILE_THRESHOLD", "1"), ("KILN_ASYNC_COMPILE", "0")),
+    ),
     Contender("kiln_lazy_warm", "kiln lazy, warm persistent cache", kiln_mode="lazy", warm_store=True),
 ]
 

@@ -97,6 +97,7 @@ def child_env(contender, cache_dir=None):
         env["TORCH_DEVICE_BACKEND_AUTOLOAD"] = "0"
     else:
         env["KILN_MODE"] = contender.kiln_mode  # the start-up mode too: no lazy warm-up in an eager process
+        env.update(dict(contender.env))
         # A cold start: an empty persistent store of its own (none at all without a directory).
         env.pop("KILN_CACHE_DIR", None)
         if cache_dir is None:

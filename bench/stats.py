@@ -49,6 +49,9 @@ RATIOS = [
     # First steps, each in a fresh process: eager CPU's over kiln lazy's on a warm store, and on an empty one.
     ("warm_first_vs_cpu_eager_first", "cpu_eager", "kiln_lazy_warm", "first_s"),
     ("cold_first_vs_cpu_eager_first", "cpu_eager", "kiln_lazy", "first_s"),
+    # The adaptive policy (kiln lazy's defaults) against the fixed one, first step and steady step.
+    ("adaptive_vs_fixed_first", "kiln_lazy_fixed", "kiln_lazy", "first_s"),
+    ("adaptive_vs_fixed_steady", "kiln_lazy_fixed", "kiln_lazy", "median_s"),
 ]
 
 

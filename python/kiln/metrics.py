@@ -51,9 +51,9 @@ def counters():
       the first query), used (a check this process skipped), learned (new here, saved at exit).
     - warm_start: bytes, not counts: prefilled_bytes (device memory reserved and paged in while the
       program started, as its last run needed), prefill_used_bytes (of those, what allocations took).
-    - tiers: flushes by how their trace ran: fused (its fused kernels were cached, or compiled at this
-      occurrence), op by op (one kernel per op: below KILN_COMPILE_THRESHOLD occurrences), op by op,
-      compiling (the occurrence that queued its fused kernels' compile, under KILN_ASYNC_COMPILE).
+    - tiers: flushes by how their trace ran: fused (its fused kernels launched), library (its ops ran
+      as library kernels as they were recorded: a trace's first occurrences under the adaptive policy,
+      while its fused kernels compile or until KILN_COMPILE_THRESHOLD; docs/tuning.md, "Tiers").
     """
     return _C.metrics_counters()
 

@@ -102,13 +102,15 @@ std::vector<std::string> take_warnings() {
 }
 
 void close_store(int timeout_ms) {
+  // While the store is open: the kernels they build are stored too (a
+  // trace's compile queued by the library tier may have just started).
+  finish_background_compiles();
   std::shared_ptr<cache::Store> s;
   {
     std::lock_guard<std::mutex> lock(g_mu);
     if (::getpid() != g_store_pid) return;  // a forked child: not its store
     s = std::move(g_store);
   }
-  finish_background_compiles();  // their kernels are stored too
   save_verdicts();
   save_warm_start();
   if (!s) return;

@@ -1,4 +1,5 @@
 // The flush pipeline (see include/engine/kiln/engine.h).
+#include <array>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -397,15 +398,10 @@ Occurrences& occurrences() {
   return *o;
 }
 
-enum class Tier { Fused, OpByOp, OpByOpCompiling };
-
-// How a flush runs a trace with no reused plan. Decided by the trace's count
-// and what the caches hold when it is flushed, never by whether a
-// background compile has finished: a kernel queued for compiling is in the
-// memory cache from the flush that queued it. So a script with a given
-// cache runs the same tiers, and gives the same bits, whatever the timing.
-Tier choose_tier(PreparedPlan& fused, const cache::Key& plan_key, KernelKeys& keys) {
-  if (g_options.compile_threshold <= 1) return Tier::Fused;  // compiled at first sight: no count to keep
+// Whether every kernel of a fresh plan is in memory or in the persistent
+// store (loaded into memory then): a trace that compiles nothing. A kernel
+// looked up in the store and missed is not looked up again by its build.
+bool kernels_cached(PreparedPlan& fused, KernelKeys& keys) {
   const std::shared_ptr<cache::Store> stored = store();
   bool cached = true;
   for (size_t i = 0; i < fused.plan.kernels.size() && cached; ++i) {
@@ -418,19 +414,116 @@ Tier choose_tier(PreparedPlan& fused, const cache::Key& plan_key, KernelKeys& ke
     if (e) {
       executable_cache().insert_if_absent(key, std::move(*e));
     } else {
-      keys.not_stored[i] = stored != nullptr;  // looked up once: its build does not look again
+      keys.not_stored[i] = stored != nullptr;
       cached = false;
     }
   }
-  if (cached) return Tier::Fused;
+  return cached;
+}
+
+// What a library-tier flush did for its trace's next occurrences.
+enum class Prepared {
+  Nothing,  // below KILN_COMPILE_THRESHOLD: nothing compiled
+  Queued,   // its fused kernels are queued for the compile thread (or were, by an earlier trace)
+  Ready,    // its fused kernels are compiled, or loaded from the store
+};
+
+// The adaptive policy's memory: per start key (Trace::start_key), how far
+// its trace is from running fused, and per device the plan key of the trace
+// it flushed last, which tells the trace after it apart. A trace whose
+// kernels were queued runs as library kernels once more before it runs
+// fused: by then its compile has most likely finished, and its first fused
+// occurrence does not stall the device. Counts, never timing. Bounded: past
+// the bound the memory starts again, and those traces run as library
+// kernels again for an occurrence or two, never differently.
+class TraceHistory {
+ public:
+  uint64_t start_key(int device, uint64_t first_op) {
+    std::lock_guard<std::mutex> lock(mu_);
+    uint64_t k = last_[static_cast<size_t>(device)] ^ (first_op + 0x9e3779b97f4a7c15ULL + (first_op << 6));
+    k = (k ^ (k >> 31)) * 0x7fb5d329728ea185ULL;
+    return k ^ (k >> 27);
+  }
+  bool runs_fused(uint64_t start) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = state_.find(start);
+    return it != state_.end() && it->second == State::Fused;
+  }
+  void flushed(int device, const cache::Key& plan_key, uint64_t start, Prepared prepared) {
+    std::lock_guard<std::mutex> lock(mu_);
+    last_[static_cast<size_t>(device)] = plan_key.low ^ plan_key.high;
+    if (prepared == Prepared::Nothing) return;
+    if (state_.size() >= kMaxTraces) state_.clear();
+    State& s = state_[start];  // a new entry starts Unseen
+    s = prepared == Prepared::Ready || s == State::Queued ? State::Fused : State::Queued;
+  }
+
+ private:
+  enum class State : uint8_t { Unseen, Queued, Fused };
+  static constexpr size_t kMaxTraces = size_t{1} << 16;
+  std::mutex mu_;
+  std::array<uint64_t, runtime::kMaxDevices> last_{};
+  std::unordered_map<uint64_t, State> state_;
+};
+
+TraceHistory& history() {
+  static auto* h = new TraceHistory();
+  return *h;
+}
+
+// Whether first occurrences run as library kernels: under
+// KILN_ASYNC_COMPILE (they run while their fused kernels compile) or a
+// KILN_COMPILE_THRESHOLD above 1 (they run until the trace was seen that
+// often). Off, every trace is fused and compiled at its first flush.
+// A program whose last run left its kernels in the store (warm start) runs
+// fused from the first occurrence: the library tier would only slow down
+// its first step.
+bool library_tier(bool counts_only) {
+  return (g_options.async_compile || g_options.compile_threshold > 1) && (counts_only || !program_ran_before());
+}
+
+// A trace whose ops already ran as library kernels: counts its occurrence,
+// and compiles its fused kernels (on the compile thread under
+// KILN_ASYNC_COMPILE) once it was seen KILN_COMPILE_THRESHOLD times, or
+// takes them from the caches. Decided by counts and cache contents, never
+// by whether a compile has finished: a kernel queued for compiling is in
+// the memory cache from the flush that queued it, and a later occurrence
+// waits for it on the device's queue.
+Prepared prepare_library_trace(const trace::Trace& trace, const cache::Key& plan_key) {
+  const Prepared compiled = g_options.async_compile ? Prepared::Queued : Prepared::Ready;
+  if (std::shared_ptr<const PreparedPlan> made = plan_cache().find(plan_key)) {
+    // Made by an earlier trace, its kernels maybe still compiling.
+    return made->ready && !trace.counts_only ? Prepared::Ready : compiled;
+  }
+  std::shared_ptr<PreparedPlan> fused = make_plan(trace, g_options.fusion);
+  if (log_enabled("fusion")) {
+    for (size_t r = 0; r < fused->plan.regions.size(); ++r)
+      log("fusion", "(library tier, planned) " + describe(trace, fused->plan.regions[r], r, true));
+  }
+  KernelKeys keys(fused->plan.kernels.size());
+  // Loaded from the store either way: counts_only changes the tier, not where a kernel comes from.
+  const bool cached = kernels_cached(*fused, keys) && !trace.counts_only;
   const int64_t seen = occurrences().next(plan_key);
-  if (seen < g_options.compile_threshold) return Tier::OpByOp;
-  // The occurrence that compiles: fused when the compile is waited for,
-  // else op by op once more while it compiles.
-  return g_options.async_compile ? Tier::OpByOpCompiling : Tier::Fused;
+  if (cached || seen >= g_options.compile_threshold) {
+    for (size_t i = 0; i < fused->plan.kernels.size(); ++i)
+      if (fused->plan.kernels[i].work != 0) resolve_kernel(*fused, i, keys);
+    fused->ready = cached || !g_options.async_compile;
+    plan_cache().insert(plan_key, std::move(fused));
+    return cached ? Prepared::Ready : compiled;
+  }
+  // Without the compile thread, the occurrence that compiles is recorded
+  // for a fused flush, which compiles it and waits.
+  return !g_options.async_compile && seen + 1 >= g_options.compile_threshold ? Prepared::Ready : Prepared::Nothing;
 }
 
 }  // namespace
+
+TraceStart start_trace(int device, uint64_t first_op, bool counts_only) {
+  TraceStart s;
+  s.key = history().start_key(device, first_op);
+  s.ran_as_library = library_tier(counts_only) && !history().runs_fused(s.key);
+  return s;
+}
 
 void flush(runtime::Device& dev, const trace::Trace& trace, std::string_view reason) {
   if (trace.empty()) return;
@@ -439,40 +532,24 @@ void flush(runtime::Device& dev, const trace::Trace& trace, std::string_view rea
   metrics.add(Counter::TraceFlushes, reason);
   count_traced_ops(trace, metrics);
   const cache::Key plan_key = cache::make_key(fusion::plan_signature(trace, g_options.fusion), fingerprint());
+  if (trace.ran_as_library) {
+    metrics.add(Counter::Tiers, "library");
+    history().flushed(dev.index(), plan_key, trace.start_key, prepare_library_trace(trace, plan_key));
+    return;
+  }
+  metrics.add(Counter::Tiers, "fused");
+  history().flushed(dev.index(), plan_key, trace.start_key, Prepared::Ready);
   if (std::shared_ptr<const PreparedPlan> reused = plan_cache().find(plan_key)) {
     metrics.add(Counter::PlanCache, "hit");
-    metrics.add(Counter::Tiers, "fused");
     launch_reused(dev, trace, *reused);
     return;
   }
   metrics.add(Counter::PlanCache, "miss");
   std::shared_ptr<PreparedPlan> fused = make_plan(trace, g_options.fusion);
   KernelKeys keys(fused->plan.kernels.size());
-  const Tier tier = choose_tier(*fused, plan_key, keys);
-  if (tier == Tier::Fused) {
-    metrics.add(Counter::Tiers, "fused");
-    launch_plan(dev, trace, *fused, fused.get(), keys);
-    plan_cache().insert(plan_key, std::move(fused));  // only once every kernel was built or queued
-    return;
-  }
-  if (tier == Tier::OpByOpCompiling) {
-    for (size_t i = 0; i < fused->plan.kernels.size(); ++i)
-      if (fused->plan.kernels[i].work != 0) resolve_kernel(*fused, i, keys);
-    plan_cache().insert(plan_key, std::move(fused));  // the next occurrence runs fused
-  }
-  metrics.add(Counter::Tiers, tier == Tier::OpByOp ? "op by op" : "op by op, compiling");
-  // Op by op: one kernel per op, the kernels every trace of these ops shares.
-  fusion::Options one_op = g_options.fusion;
-  one_op.max_ops = 1;
-  const cache::Key op_key = cache::make_key(fusion::plan_signature(trace, one_op), fingerprint());
-  if (std::shared_ptr<const PreparedPlan> reused = plan_cache().find(op_key)) {
-    launch_reused(dev, trace, *reused);
-    return;
-  }
-  std::shared_ptr<PreparedPlan> by_op = make_plan(trace, one_op);
-  KernelKeys op_keys(by_op->plan.kernels.size());
-  launch_plan(dev, trace, *by_op, by_op.get(), op_keys);
-  plan_cache().insert(op_key, std::move(by_op));
+  launch_plan(dev, trace, *fused, fused.get(), keys);
+  fused->ready = !g_options.async_compile;          // a kernel this flush queued may still be compiling
+  plan_cache().insert(plan_key, std::move(fused));  // only once every kernel was built or queued
 }
 
 }  // namespace kiln::engine

@@ -37,6 +37,7 @@ struct WarmStart {
   pid_t owner = 0;  // a forked child saves nothing
   std::thread thread;
   std::atomic<bool> stop{false};
+  std::atomic<bool> known_program{false};  // its kernels file listed kernels at open
   std::atomic<int64_t> preloaded{0};
   int64_t preloaded_published = 0;
   std::vector<runtime::MemoryPool::PrefillStats> prefill_published;  // per device
@@ -111,6 +112,7 @@ void open_warm_start(const std::string& dir, const std::string& program, bool re
   for (const cache::Record& r : read_file(w.dir, cache::kRecordKernels, kernels_identity(program))) {
     kernels.push_back(cache::Key{r.value, r.key});
   }
+  w.known_program.store(!kernels.empty());
   runtime::Runtime& rt = runtime::Runtime::get();
   std::vector<Blocks> memory(rt.device_count());
   bool any = !kernels.empty();
@@ -126,6 +128,8 @@ void open_warm_start(const std::string& dir, const std::string& program, bool re
   std::call_once(registered, [] { pthread_atfork(&stop_warm_start, nullptr, nullptr); });
   w.thread = std::thread(make_ready, std::move(kernels), std::move(memory), &w);
 }
+
+bool program_ran_before() { return warm_start().known_program.load(); }
 
 void stop_warm_start() {
   WarmStart& w = warm_start();

@@ -28,6 +28,10 @@ namespace kiln::engine {
 // program) from the files in `dir`; nothing when `dir` or `program` is empty
 // or no file exists. `read_only`: the files are used, not saved.
 void open_warm_start(const std::string& dir, const std::string& program, bool read_only);
+// Whether the store's directory lists the kernels of this program's last
+// run: then its traces are fused from their first occurrence (the
+// adaptive policy's library tier is for kernels not compiled yet).
+bool program_ran_before();
 // Stops and joins the background work (before a fork, at exit).
 void stop_warm_start();
 // Stops it and saves what this run needed (close_store calls it).

@@ -157,13 +157,15 @@ const std::vector<KnobSpec>& knob_table() {
        "which bypass the cache; 0: never; auto = 4 per KILN_NUM_THREADS thread.",
        set_stream_min_mb, 0, 1 << 20, {}, "auto"},
       {"KILN_ASYNC_COMPILE", KnobKind::Boolean, "1",
-       "1: a flush that needs a new kernel queues its launch and goes on while a background thread compiles "
-       "it (the device waits for it, the program does not); 0: the flush compiles it before returning.",
+       "1: a trace's first occurrences run as library kernels while a background thread of idle priority "
+       "compiles its fused kernels, which run from the occurrence after next (a fused launch whose kernel "
+       "is still compiling waits on the device, not in the program); 0: the flush compiles them before "
+       "returning.",
        set_flag<&Settings::async_compile>},
       {"KILN_COMPILE_THRESHOLD", KnobKind::Integer, "1",
        "Occurrences of a trace before its fused kernels are compiled: until then a trace whose fused "
-       "kernels are not cached (in memory or in the store) runs op by op, one kernel per op (kernels shared "
-       "by every trace). 1: compile at first sight.",
+       "kernels are not cached (in memory or in the store) runs as library kernels, compiling nothing. "
+       "1: compile at first sight (with KILN_ASYNC_COMPILE=0: every trace fused at its first flush).",
        set_integer<&Settings::compile_threshold>, 1, 1000000},
       {"KILN_SHAPE_SPECIALIZE", KnobKind::Boolean, "0",
        "1: bake each launch's sizes and strides into its compiled kernel, so that LLVM knows every trip "

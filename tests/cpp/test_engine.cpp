@@ -139,3 +139,50 @@ TEST(Engine, OptionsFollowTheKnobs) {
   EXPECT_EQ(o.num_threads, 5);
   EXPECT_EQ(o.dump_dir, "/tmp/kiln dump");
 }
+
+// The adaptive policy's tiers, on traces the test marks as the dispatch
+// layer would (start_trace at the first op): a key runs as library kernels
+// until its fused kernels are queued and it was seen once more, then fused.
+// A library-tier flush launches nothing; counts decide, never timing.
+TEST(Engine, LibraryTierRunsATraceUntilItsKernelsWereQueuedAndSeenAgain) {
+  engine::Options o;
+  o.async_compile = true;
+  o.compile_delay_ms = 20;  // every compile late: the tiers must not notice
+  engine::configure(o);
+  runtime::Device dev(0, 1 << 20, false);
+  auto* x = static_cast<float*>(dev.allocate(64 * 4));
+  auto* y = static_cast<float*>(dev.allocate(64 * 4));
+  for (int i = 0; i < 64; ++i) x[i] = static_cast<float>(i);
+  Metrics::global().reset();
+  // y = x * 5 + 7: a kernel no other test compiled.
+  auto make = [&] {
+    trace::Trace t = axpb(x, y, 48, 5.0);
+    for (ir::Node& n : t.ops[0].nodes)
+      if (n.op == Op::Constant) n.imm = 7;
+    return t;
+  };
+  const uint64_t first_op = trace::op_hash(make().ops[0]);
+  std::vector<bool> library;
+  for (int occurrence = 0; occurrence < 5; ++occurrence) {
+    trace::Trace t = make();
+    const engine::TraceStart start = engine::start_trace(0, first_op, false);
+    t.start_key = start.key;
+    t.ran_as_library = start.ran_as_library;
+    library.push_back(start.ran_as_library);
+    std::memset(y, 0, 48 * 4);
+    engine::flush(dev, t, "test");
+    dev.synchronize();
+    // A library-tier flush launched nothing: the library kernels ran as the ops were recorded.
+    EXPECT_EQ(y[3], start.ran_as_library ? 0.f : 22.f) << occurrence;
+  }
+  // The first follows another trace, the rest follow this one: two keys,
+  // each library until queued and seen again.
+  EXPECT_EQ(library, (std::vector<bool>{true, true, true, false, false}));
+  EXPECT_EQ(Metrics::global().get(Counter::Tiers, "library"), 3);
+  EXPECT_EQ(Metrics::global().get(Counter::Tiers, "fused"), 2);
+  engine::configure(engine::Options{});
+  // Without the compile thread and with threshold 1 (the fixed policy) nothing is a library trace.
+  EXPECT_FALSE(engine::start_trace(0, first_op + 1, false).ran_as_library);
+  dev.free(x);
+  dev.free(y);
+}

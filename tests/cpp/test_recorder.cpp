@@ -247,3 +247,30 @@ TEST(Recorder, AnOutputTakesMemoryOnlyTheTraceHeldAfterItsReads) {
   rec.free(z);
   EXPECT_EQ(dev.memory().stats().allocated_bytes, 0);
 }
+
+// The adaptive policy's key of an op: what it computes over which layout,
+// not which buffers it touches nor its scalar values.
+TEST(Trace, OpHashIsTheOpsStructureNotItsBuffersOrScalars) {
+  auto op = [](int32_t in, int32_t out, int64_t n, int64_t stride, double scalar) {
+    trace::TraceOp o;
+    o.name = "test::scale";
+    o.sizes = {n};
+    trace::View v;
+    v.buffer = in;
+    v.strides = {stride};
+    trace::View w = v;
+    w.buffer = out;
+    w.strides = {1};
+    o.store(w,
+            o.add_node(ir::Op::Mul, ir::DType::Float32, o.load(v), o.cast(o.scalar_float(scalar), ir::DType::Float32)));
+    return o;
+  };
+  const uint64_t h = trace::op_hash(op(0, 1, 64, 1, 2.0));
+  EXPECT_EQ(trace::op_hash(op(3, 7, 64, 1, 2.0)), h);   // other buffers
+  EXPECT_EQ(trace::op_hash(op(0, 1, 64, 1, -0.5)), h);  // another scalar value
+  EXPECT_NE(trace::op_hash(op(0, 1, 65, 1, 2.0)), h);   // another size
+  EXPECT_NE(trace::op_hash(op(0, 1, 64, 2, 2.0)), h);   // another layout
+  trace::TraceOp renamed = op(0, 1, 64, 1, 2.0);
+  renamed.name = "test::other";
+  EXPECT_NE(trace::op_hash(renamed), h);
+}

@@ -12,6 +12,14 @@ CACHE_DIR = tempfile.mkdtemp(prefix="kiln-test-cache-")
 os.environ["KILN_CACHE_DIR"] = CACHE_DIR
 atexit.register(shutil.rmtree, CACHE_DIR, True)
 
+# The tests of this process count what fusion does at a trace's first flush
+# (regions, kernels, library kernels): they run under the fixed policy,
+# every trace fused and compiled at its first flush. The adaptive policy's
+# library tier (the defaults) is tested in fresh interpreters (run_python
+# drops KILN_ variables: test_compile_tiers.py, test_real_models.py, ...);
+# `KILN_ASYNC_COMPILE=1 make test` runs this process under it too.
+os.environ.setdefault("KILN_ASYNC_COMPILE", "0")
+
 import pytest  # noqa: E402
 import torch  # noqa: E402
 

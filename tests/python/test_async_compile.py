@@ -1,6 +1,8 @@
 """KILN_ASYNC_COMPILE: a flush that needs a new kernel does not wait for its
-compile; the device queue does. Results never depend on when a compile
-finishes (KILN_COMPILE_DELAY_MS makes every compile slow on purpose)."""
+compile. A trace's first occurrences run as library kernels meanwhile (the
+library tier, test_compile_tiers.py); a fused occurrence whose kernel is
+still compiling waits on the device queue. Results never depend on when a
+compile finishes (KILN_COMPILE_DELAY_MS makes every compile slow on purpose)."""
 
 import json
 import os
@@ -22,9 +24,15 @@ z = (xd * 2 + 1).tanh() @ wd  # mm flushes the trace, whose kernel is new
 flushed = time.perf_counter() - start
 got = z.cpu()
 done = time.perf_counter() - start
-want = (xd * 2 + 1).tanh().cpu() @ w  # the same kernel's values, through a CPU mm
-print(json.dumps({"flushed": flushed, "done": done, "same": torch.equal(got, want),
-                  "wait_us": kiln.metrics.counters()["compile_time"].get("device_wait_us", 0)}))
+want = (xd * 2 + 1).tanh().cpu() @ w  # the trace again (kiln's own tanh fused may differ by an ulp)
+# Two more occurrences: under the library tier the last one runs fused.
+for _ in range(2):
+    again = ((xd * 2 + 1).tanh() @ wd).cpu()
+last = time.perf_counter() - start
+c = kiln.metrics.counters()
+print(json.dumps({"flushed": flushed, "done": done, "last": last, "tiers": c["tiers"],
+                  "close": torch.allclose(got, want, atol=1e-5) and torch.allclose(again, want, atol=1e-5),
+                  "wait_us": c["compile_time"].get("device_wait_us", 0)}))
 """
 
 DELAY_MS = 2000
@@ -41,28 +49,35 @@ def run(code, async_compile, delay_ms):
 def test_a_flush_does_not_wait_for_its_compile():
     out = run(FLUSH_THEN_WAIT, "1", DELAY_MS)
     assert out["flushed"] < DELAY_MS / 2000, out  # returned long before the compile could finish
-    assert out["done"] >= DELAY_MS / 1000, out  # the result waited for it
-    assert out["wait_us"] > 0 and out["same"], out
+    assert out["done"] < DELAY_MS / 2000, out  # the first occurrence ran as library kernels
+    assert out["tiers"] == {"library": 3, "fused": 1}, out
+    assert out["last"] >= DELAY_MS / 1000, out  # the fused occurrence waited for the compile
+    assert out["wait_us"] > 0 and out["close"], out
 
 
 def test_without_async_compile_the_flush_compiles():
     out = run(FLUSH_THEN_WAIT, "0", DELAY_MS)
     assert out["flushed"] >= DELAY_MS / 1000, out
-    assert out["wait_us"] == 0 and out["same"], out
+    assert out["tiers"] == {"fused": 4}, out
+    assert out["wait_us"] == 0 and out["close"], out
 
 
 TRAIN = os.path.join(REPO, "tests", "python", "scripts", "cache_train.py")
 
 
-@pytest.mark.parametrize("delay_ms", [0, 30])
-def test_results_do_not_depend_on_when_compiles_finish(delay_ms):
-    """A small transformer's training steps: the same bits with the flush
-    compiling, and with a background compile however late it finishes."""
+def test_results_do_not_depend_on_when_compiles_finish():
+    """A small training script: the same bits with the background compiles
+    done at once and with every one of them 30 ms late (the tiers are
+    decided by counts); within float tolerance of the fixed policy's, whose
+    fused kernels replace some library kernels (GELU's erf is kiln's own)."""
     code = f"import runpy, sys; sys.argv = [{TRAIN!r}]; runpy.run_path({TRAIN!r}, run_name='__main__')"
-    blocking = run(code, "0", 0)
-    background = run(code, "1", delay_ms)
     keys = ("loss", "extra", "checksum", "first")
-    assert {k: background[k] for k in keys} == {k: blocking[k] for k in keys}
+    prompt = run(code, "1", 0)
+    late = run(code, "1", 30)
+    assert {k: late[k] for k in keys} == {k: prompt[k] for k in keys}
+    blocking = run(code, "0", 0)
+    assert blocking["loss"] == pytest.approx(prompt["loss"], rel=1e-5, abs=1e-6)
+    assert blocking["first"] == pytest.approx(prompt["first"], rel=1e-5, abs=1e-6)
 
 
 FORK_WHILE_COMPILING = """

@@ -19,7 +19,10 @@ CHAINS = os.path.join(REPO, "tests", "python", "scripts", "cache_chains.py")
 def train(cache_dir, *args, env=None, check=True, script=SCRIPT):
     """Runs the script in a fresh process on `cache_dir`; its JSON line, and stderr."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
-    full_env.update({"KILN_MODE": "lazy", "KILN_CACHE_DIR": str(cache_dir)})
+    # The fixed policy (every trace compiled and fused at its first flush):
+    # compile counts and bits then do not depend on the adaptive policy's
+    # tiers; the last tests below run the store under the defaults.
+    full_env.update({"KILN_MODE": "lazy", "KILN_CACHE_DIR": str(cache_dir), "KILN_ASYNC_COMPILE": "0"})
     full_env.update(env or {})
     r = subprocess.run(
         [sys.executable, script, *args], env=full_env, capture_output=True, text=True, timeout=180, cwd=REPO
@@ -312,7 +315,7 @@ def test_cli_stats_list_verify_and_clear(tmp_path):
 def test_eight_processes_share_one_empty_cache(tmp_path):
     """Eight processes at once, each with a shared workload and a kernel of its own."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
-    env.update({"KILN_MODE": "lazy", "KILN_CACHE_DIR": str(tmp_path / "c")})
+    env.update({"KILN_MODE": "lazy", "KILN_CACHE_DIR": str(tmp_path / "c"), "KILN_ASYNC_COMPILE": "0"})
     procs = [
         subprocess.Popen(
             [sys.executable, SCRIPT, "--variant", str(v)],
@@ -451,7 +454,7 @@ def test_a_full_disk_degrades_to_memory_with_one_warning(tmp_path):
 
     reference, _ = train(tmp_path / "ok", "40", script=CHAINS)
     env = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
-    env.update({"KILN_MODE": "lazy", "KILN_CACHE_DIR": str(tmp_path / "full")})
+    env.update({"KILN_MODE": "lazy", "KILN_CACHE_DIR": str(tmp_path / "full"), "KILN_ASYNC_COMPILE": "0"})
     limit = 64 * 1024
     r = subprocess.run(
         [sys.executable, CHAINS, "40"],
@@ -469,3 +472,24 @@ def test_a_full_disk_degrades_to_memory_with_one_warning(tmp_path):
     assert r.stderr.count("UserWarning") == 1, r.stderr
     assert "could not be written" in r.stderr and "in-memory cache only" in r.stderr, r.stderr
     assert stored_count(tmp_path / "full") < out["compiled"]  # what did reach the store still reads back
+
+
+ADAPTIVE = {"KILN_ASYNC_COMPILE": "1"}  # the defaults, set against train()'s fixed policy
+
+
+def test_under_the_defaults_a_program_seen_before_runs_fused_from_its_first_step(tmp_path):
+    cold, _ = train(tmp_path / "c", env=ADAPTIVE)
+    assert cold["tiers"].get("library", 0) > 0, cold
+    warm, _ = train(tmp_path / "c", env=ADAPTIVE)
+    assert warm["compiled"] == 0 and set(warm["tiers"]) == {"fused"}, warm
+    # A fused kernel's GELU (kiln's own erf) may differ from eager's in the last bits.
+    assert warm["loss"] == pytest.approx(cold["loss"], rel=1e-5, abs=1e-6)
+    assert warm["checksum"] == pytest.approx(cold["checksum"], rel=1e-5)
+
+
+def test_with_deterministic_algorithms_a_warm_run_takes_the_cold_runs_tiers_and_bits(tmp_path):
+    cold, _ = train(tmp_path / "c", "--deterministic", env=ADAPTIVE)
+    warm, _ = train(tmp_path / "c", "--deterministic", env=ADAPTIVE)
+    assert warm["compiled"] == 0, warm
+    assert warm["tiers"] == cold["tiers"] and cold["tiers"].get("library", 0) > 0, (cold, warm)
+    assert same_results(cold, warm)

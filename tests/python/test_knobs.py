@@ -135,7 +135,8 @@ print(json.dumps({"mode": kiln.mode(), "flushes": c["trace_flushes"], "launches"
 
 
 def chain_with(**knobs):
-    r = run_python(CHAIN, env={"KILN_CACHE": "0", "KILN_MODE": "lazy", **knobs})
+    # The fixed policy: the chain fused at its first flush (its one occurrence).
+    r = run_python(CHAIN, env={"KILN_CACHE": "0", "KILN_MODE": "lazy", "KILN_ASYNC_COMPILE": "0", **knobs})
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
 

@@ -21,7 +21,8 @@ print(json.dumps({"compiled": sum(c["kernels_compiled"].values()), "values": val
 
 
 def run(specialize):
-    r = run_python(SIZES, env={"KILN_MODE": "lazy", "KILN_CACHE": "0", "KILN_SHAPE_SPECIALIZE": specialize})
+    env = {"KILN_MODE": "lazy", "KILN_CACHE": "0", "KILN_ASYNC_COMPILE": "0", "KILN_SHAPE_SPECIALIZE": specialize}
+    r = run_python(SIZES, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
 

@@ -29,13 +29,13 @@ struct Options {
   codegen::Options codegen;
   int num_threads = 1;   // KILN_NUM_THREADS (options_for); 1 without the knobs
   std::string dump_dir;  // KILN_DUMP_DIR (empty: off)
-  // KILN_ASYNC_COMPILE: new kernels compile on a background thread and their
-  // launches wait on the device queue; off without the knobs (tests of the
-  // engine compile in the flush).
+  // KILN_ASYNC_COMPILE: new kernels compile on a background thread and a
+  // trace's first occurrences run as library kernels meanwhile (start_trace);
+  // off without the knobs (tests of the engine compile in the flush).
   bool async_compile = false;
   // KILN_COMPILE_THRESHOLD (default 1, as the knob's): the occurrence of a
   // trace at which its fused kernels are compiled; before it, a trace whose
-  // fused kernels are not cached runs op by op.
+  // fused kernels are not cached runs as library kernels.
   int64_t compile_threshold = 1;
   // KILN_SHAPE_SPECIALIZE: kernels get their launch geometry as constants
   // (ir::Kernel::baked_geometry).
@@ -67,7 +67,23 @@ Options options_for(const Settings& settings);
 void configure(const Options& options);
 const Options& options();
 
-// Plans, compiles (or reuses) and launches `trace` on `dev`. Returns once the
+// The adaptive policy, asked by the dispatch layer as the first op of a
+// trace is recorded on device `device` (`first_op`: its trace::op_hash).
+// The trace is told apart from others by that op and the trace flushed
+// before it on the device (its start `key`, kept in Trace::start_key). A
+// trace that has not yet run fused, nor has its fused kernels compiled or
+// queued, `ran_as_library`: its ops run as library kernels as they are
+// recorded (docs/tuning.md, "Tiers"). Decided by counts and cache contents,
+// never by timing; `counts_only` (torch.use_deterministic_algorithms): by
+// counts alone, so that a warm cache takes the same tiers as a cold one.
+struct TraceStart {
+  uint64_t key = 0;
+  bool ran_as_library = false;
+};
+TraceStart start_trace(int device, uint64_t first_op, bool counts_only);
+
+// Plans, compiles (or reuses) and launches `trace` on `dev`; a trace that
+// ran as library kernels is planned and compiled only (the library tier). Returns once the
 // launches are submitted (with KILN_LAUNCH_BLOCKING, once they ran: the
 // device decides). The caller keeps the trace, and the buffers it holds,
 // alive until then. `reason` is what made the flush happen (counted in the

@@ -42,8 +42,8 @@ enum class Counter {
                        // query), used (a check skipped), learned (new here, saved at exit)
   WarmStart,           // device memory reserved ahead from the program's last run: prefilled_bytes,
                        // prefill_used_bytes (of those, what allocations took)
-  Tiers,               // flushes by how their trace ran: fused; op by op (below KILN_COMPILE_THRESHOLD,
-                       // or while its fused kernels compile)
+  Tiers,               // flushes by how their trace ran: fused; library (its ops ran as library kernels
+                       // as they were recorded: the adaptive policy's first occurrences)
 };
 
 struct TimeBreakdown;

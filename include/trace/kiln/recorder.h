@@ -39,6 +39,15 @@ class PendingTrace {
   bool touches(const void* base) const { return live_.count(base) != 0; }
   void append(TraceOp&& op) { trace_.ops.push_back(std::move(op)); }
   size_t size() const { return trace_.ops.size(); }
+  const TraceOp& last() const { return trace_.ops.back(); }
+  // The adaptive policy's decision for the pending trace, made as its first
+  // op is recorded (Trace::start_key, Trace::ran_as_library).
+  void start(uint64_t key, bool ran_as_library, bool counts_only) {
+    trace_.start_key = key;
+    trace_.ran_as_library = ran_as_library;
+    trace_.counts_only = counts_only;
+  }
+  bool ran_as_library() const { return trace_.ran_as_library; }
 
  private:
   friend class Recorder;

@@ -91,8 +91,25 @@ struct TraceOp {
 struct Trace {
   std::vector<Buffer> buffers;
   std::vector<TraceOp> ops;
+  // The adaptive policy's key for this trace, given when its first op was
+  // recorded (engine::start_trace): which trace this is, as far as can be
+  // told before its other ops arrive.
+  uint64_t start_key = 0;
+  // Its ops ran as library kernels as they were recorded (the engine's
+  // library tier): a flush plans it and compiles its fused kernels for its
+  // next occurrences, but launches nothing.
+  bool ran_as_library = false;
+  // torch.use_deterministic_algorithms(True) was on at its first op: its
+  // tiers are decided by counts alone, whatever the caches hold.
+  bool counts_only = false;
   bool empty() const { return ops.empty(); }
 };
+
+// What an op computes and over which layout: its name, space, views (dtype,
+// offset, strides), scalar types and expression; not its scalar values nor
+// which buffers it touches (those depend on the program's allocations, not
+// on its structure). Equal ops in two runs of a script hash alike.
+uint64_t op_hash(const TraceOp& op);
 
 // A process-lifetime copy of `name` ("aten::add.Tensor"), the same pointer
 // for equal names: what TraceOp::name points at. Bounded by the distinct op

@@ -42,6 +42,10 @@ void wait_for_launches(runtime::Device& dev, std::string_view reason) {
 
 void enqueue(runtime::Device& dev, std::string_view name, runtime::LaunchQueue::Work work) {
   flush_trace(dev, "untraced op");  // what the program issued before this runs before it
+  launch_recorded(dev, name, std::move(work));
+}
+
+void launch_recorded(runtime::Device& dev, std::string_view name, runtime::LaunchQueue::Work work) {
   // What the work throws reaches the next sync point as a LaunchError
   // carrying it (rethrow_launch_error gives it back its type); with
   // KILN_LAUNCH_BLOCKING the device raises it here.

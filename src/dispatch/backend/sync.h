@@ -27,4 +27,9 @@ void wait_for_launches(runtime::Device& dev, std::string_view reason);
 // here.
 void enqueue(runtime::Device& dev, std::string_view name, runtime::LaunchQueue::Work work);
 
+// enqueue() without the flush: for an op recorded into a trace of the
+// library tier, whose earlier ops were launched as they were recorded
+// (nothing of the trace waits to be launched before it).
+void launch_recorded(runtime::Device& dev, std::string_view name, runtime::LaunchQueue::Work work);
+
 }  // namespace kiln::dispatch

@@ -24,8 +24,8 @@ namespace {
 // contiguous and reshape of a non-viewable tensor reach it): it fuses with
 // what produces and reads it instead of flushing the trace. Its lowering
 // (copy_in_place, lowering_table.cpp) declines the copies eager refuses; they launch as before.
-bool record_copy(const at::Tensor& src, const at::Tensor& dst) {
-  if (!trace::lazy_mode()) return false;  // before the op info lookup: eager mode never needs it
+Recorded record_copy(const at::Tensor& src, const at::Tensor& dst) {
+  if (!trace::lazy_mode()) return Recorded::No;  // before the op info lookup: eager mode never needs it
   static const OpInfo& info = op_info_for(c10::Dispatcher::singleton().findSchemaOrThrow("aten::copy_", ""));
   const torch::jit::Stack stack{dst, src, false};
   const c10::IValue output(dst);
@@ -35,7 +35,8 @@ bool record_copy(const at::Tensor& src, const at::Tensor& dst) {
 }
 
 void copy_device_to_device(const at::Tensor& src, const at::Tensor& dst) {
-  if (record_copy(src, dst)) return;
+  const Recorded recorded = record_copy(src, dst);
+  if (recorded == Recorded::Lazily) return;
   runtime::Device& dst_dev = device(dst.device().index());
   if (src.device() != dst.device()) {
     // The source's pending writes land first; its storage stays alive until
@@ -46,8 +47,10 @@ void copy_device_to_device(const at::Tensor& src, const at::Tensor& dst) {
   // One alias set: overlapping source and destination look overlapping to
   // the CPU copy, as they would on CPU.
   AliasSet aliases(c10::DispatchKey::CPU);
-  enqueue(dst_dev, "copy device->device",
-          [s = aliases.alias(src), d = aliases.alias(dst), keep = src.storage()]() mutable { d.copy_(s); });
+  // A copy recorded into a library-tier trace runs now, as that trace's other ops did.
+  const auto submit = recorded == Recorded::AsLibrary ? &launch_recorded : &enqueue;
+  submit(dst_dev, "copy device->device",
+         [s = aliases.alias(src), d = aliases.alias(dst), keep = src.storage()]() mutable { d.copy_(s); });
 }
 
 // Whether `t`'s elements are its storage bytes from its offset on, in order.

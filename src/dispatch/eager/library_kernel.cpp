@@ -316,9 +316,14 @@ void learn_cpu_geometry(const Call& call, const InferredShapes& shapes) {
   shapes.cpu_returns.store(std::move(returns));
 }
 
+// How a library kernel enters the queue: after a flush of what the device
+// recorded, or, for an op of a library-tier trace, right away.
+enum class Launch { AfterFlush, Recorded };
+
 // The CPU kernel launched on the device's queue over aliases of the device
 // memory, writing `outputs`.
-void launch_library_kernel(Call& call, Outputs&& outputs) {
+void launch_library_kernel(Call& call, Outputs&& outputs, Launch how = Launch::AfterFlush) {
+  const auto submit = how == Launch::AfterFlush ? &enqueue : &launch_recorded;
   const OpInfo& info = call.info;
   Metrics::global().add(Counter::LibraryKernels, info.name);
   AliasSet aliases(c10::DispatchKey::CPU);
@@ -345,7 +350,7 @@ void launch_library_kernel(Call& call, Outputs&& outputs) {
     });
   }
   if (out_variant_fits) {
-    enqueue(call.dev, info.name, [&info, op = call.op, args = std::move(args), fresh = std::move(fresh)]() mutable {
+    submit(call.dev, info.name, [&info, op = call.op, args = std::move(args), fresh = std::move(fresh)]() mutable {
       std::vector<c10::IValue> out_args = args;  // the boxed call consumes its stack; args serve a retry
       for (auto& f : fresh) out_args.push_back(f);
       std::vector<Geometry> planned;
@@ -370,7 +375,7 @@ void launch_library_kernel(Call& call, Outputs&& outputs) {
       for (size_t j = 0; j < fresh.size(); ++j) copy_result_into(fresh[j], args[j]);
     });
   } else {
-    enqueue(call.dev, info.name, [op = call.op, args = std::move(args), fresh = std::move(fresh)]() mutable {
+    submit(call.dev, info.name, [op = call.op, args = std::move(args), fresh = std::move(fresh)]() mutable {
       op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &args);
       for (size_t j = 0; j < fresh.size(); ++j) {
         copy_result_into(fresh[j], args[j]);
@@ -426,11 +431,11 @@ void run_traced(Call& call) {
   }();
   c10::SmallVector<bool, 4> fresh;
   for (size_t j = 0; j < outputs.size(); ++j) fresh.push_back(info.return_alias_arg[j] < 0);
-  if (try_record(info, call.stack, call.first, call.index(), outputs, fresh)) {
-    call.set_results(std::move(outputs));
-    return;
+  switch (try_record(info, call.stack, call.first, call.index(), outputs, fresh)) {
+    case Recorded::Lazily: call.set_results(std::move(outputs)); return;
+    case Recorded::AsLibrary: launch_library_kernel(call, std::move(outputs), Launch::Recorded); return;
+    case Recorded::No: launch_library_kernel(call, std::move(outputs)); return;
   }
-  launch_library_kernel(call, std::move(outputs));
 }
 
 // An op that is never recorded flushes the pending trace before it allocates

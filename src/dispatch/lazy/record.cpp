@@ -1,28 +1,43 @@
 // Lazy mode's entry (see record.h).
 #include "dispatch/lazy/record.h"
 
+#include <ATen/Context.h>
+
 #include "dispatch/backend/devices.h"
 #include "dispatch/backend/startup.h"
 #include "dispatch/backend/sync.h"
 #include "dispatch/lazy/lowering.h"
+#include "kiln/engine.h"
 #include "kiln/recorder.h"
 
 namespace kiln::dispatch {
 
-bool try_record(const OpInfo& info, const torch::jit::Stack& stack, size_t first, c10::DeviceIndex index,
-                c10::ArrayRef<c10::IValue> outputs, c10::ArrayRef<bool> fresh) {
+Recorded try_record(const OpInfo& info, const torch::jit::Stack& stack, size_t first, c10::DeviceIndex index,
+                    c10::ArrayRef<c10::IValue> outputs, c10::ArrayRef<bool> fresh) {
   LowerCtx ctx(info.trace_name, stack, first, outputs, fresh);
   try {
     info.lowering(ctx);
     ctx.decline_overlaps();
   } catch (const Decline&) {
-    return false;
+    return Recorded::No;
   } catch (const c10::Error&) {
-    return false;  // an argument the lowering did not expect: eager's kernel decides
+    return Recorded::No;  // an argument the lowering did not expect: eager's kernel decides
   }
-  const size_t pending = trace::recorder(index).record([&](trace::PendingTrace& t) { ctx.commit(t); });
+  bool as_library = false;
+  const size_t pending = trace::recorder(index).record([&](trace::PendingTrace& t) {
+    ctx.commit(t);
+    if (t.size() == 1) {
+      // torch.use_deterministic_algorithms(True): the same tiers whatever the caches hold.
+      const bool counts_only = at::globalContext().deterministicAlgorithms();
+      const engine::TraceStart start = engine::start_trace(index, trace::op_hash(t.last()), counts_only);
+      t.start(start.key, start.ran_as_library, counts_only);
+    }
+    as_library = t.ran_as_library();
+  });
+  // A library trace's flush launches nothing: this op's own launch, after
+  // it, keeps the queue in program order.
   if (static_cast<int64_t>(pending) >= settings().trace_max_ops) flush_trace(device(index), "trace size limit");
-  return true;
+  return as_library ? Recorded::AsLibrary : Recorded::Lazily;
 }
 
 }  // namespace kiln::dispatch

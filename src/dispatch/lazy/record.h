@@ -11,12 +11,19 @@
 
 namespace kiln::dispatch {
 
+enum class Recorded {
+  No,         // the lowering declined: the caller launches it
+  Lazily,     // pending in the trace, for a fused flush
+  AsLibrary,  // in a trace of the library tier: the caller launches it too (launch_recorded)
+};
+
 // Records the call into the device's micro-trace if the lowering takes these
 // arguments (the caller checked that the mode is lazy and the op has a
 // lowering). `outputs` are the op's results (allocated, or the arguments it
-// writes); `fresh[j]` says output j was allocated for this call. Returns
-// false when the caller must launch it.
-bool try_record(const OpInfo& info, const torch::jit::Stack& stack, size_t first, c10::DeviceIndex index,
-                c10::ArrayRef<c10::IValue> outputs, c10::ArrayRef<bool> fresh);
+// writes); `fresh[j]` says output j was allocated for this call. The first
+// op of a trace asks the engine's adaptive policy whether the trace runs as
+// library kernels (engine::start_trace).
+Recorded try_record(const OpInfo& info, const torch::jit::Stack& stack, size_t first, c10::DeviceIndex index,
+                    c10::ArrayRef<c10::IValue> outputs, c10::ArrayRef<bool> fresh);
 
 }  // namespace kiln::dispatch

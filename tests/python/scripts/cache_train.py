@@ -19,9 +19,14 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--variant", type=int, default=0)
 parser.add_argument("--steps", type=int, default=3)
 parser.add_argument("--idle-s", type=float, default=0.0, help="seconds of start-up before the first op")
+parser.add_argument("--deterministic", action="store_true", help="torch.use_deterministic_algorithms(True)")
 args = parser.parse_args()
 time.sleep(args.idle_s)  # a program's imports and set-up: the device memory reserve runs meanwhile
 
+if args.deterministic:
+    # The same tiers (library kernels or fused) on a warm cache as on a cold
+    # one, so that their runs give the same bits (docs/tuning.md, "Tiers").
+    torch.use_deterministic_algorithms(True)
 torch.manual_seed(0)
 dev = torch.device(kiln.DEVICE_NAME)
 model = torch.nn.Sequential(
@@ -57,6 +62,7 @@ print(
             "verdicts": c["stored_verdicts"],
             "first_calls": c["trace_flushes"].get("first call with these argument shapes", 0),
             "warm_start": c["warm_start"],
+            "tiers": c["tiers"],
         }
     )
 )
