@@ -122,7 +122,7 @@ def by_target(rows, start):
 
 def test_targets_met_not_met_and_not_measured():
     rows = targets.targets(made_up_run())
-    assert len(rows) == 17
+    assert len(rows) == 24
     gpt = by_target(rows, "gpt_train: kiln lazy vs eager CPU")
     assert gpt["met"] is True and gpt["measured"].startswith("1.35x (1.30-1.40, 2 rounds)")
     compiled = by_target(rows, "gpt_train: kiln lazy vs torch.compile")
@@ -139,6 +139,37 @@ def test_targets_met_not_met_and_not_measured():
     assert slower["met"] is True and "4 of 4 workloads measured" in slower["measured"]
     peaks = by_target(rows, "every workload: kiln lazy peak")
     assert peaks["met"] is True and "1 of 4" in peaks["measured"]  # mlp_train only has both
+
+
+def test_adaptive_policy_targets_from_first_steps_and_the_fixed_contender():
+    data = made_up_run()
+    gpt = data["workloads"][0]["results"]
+    gpt["kiln_lazy"]["runs"] = [
+        {"round": 1, "median_s": 1.0, "first_s": 3.0},
+        {"round": 2, "median_s": 1.0, "first_s": 2.0},
+    ]
+    gpt["kiln_eager"]["runs"] = [
+        {"round": 1, "median_s": 2.0, "first_s": 2.0},
+        {"round": 2, "median_s": 2.0, "first_s": 2.0},
+    ]
+    gpt["kiln_lazy_fixed"] = {"runs": [{"round": 1, "median_s": 0.9, "first_s": 4.0}]}
+    data["workloads"].append(
+        workload(
+            "varlen_infer",
+            cpu_eager=[{"round": 1, "median_s": 1.0, "first_s": 2.0}],
+            kiln_lazy=[{"round": 1, "median_s": 1.0, "first_s": 1.2}],
+        )
+    )
+    rows = targets.targets(data)
+    stall = by_target(rows, "gpt_train: kiln lazy's first step")
+    assert stall["measured"].startswith("1.25x (1.00-1.50, 2 rounds)") and stall["met"] is True
+    varlen = by_target(rows, "varlen_infer: kiln lazy's first pass")
+    assert varlen["measured"].startswith("1.20x") and varlen["met"] is True
+    assert by_target(rows, "varlen_infer: eager CPU's first pass")["measured"].startswith("1.67x")
+    fixed = by_target(rows, "every workload: the adaptive policy not slower")
+    # Round 1 only: first step 4.0 vs 3.0 (faster), steady 0.9 vs 1.0 (slower).
+    assert fixed["met"] is False and fixed["measured"] == "slower: gpt_train steady 0.90x (2 ratios)", fixed
+    assert by_target(rows, "small_op_storm: the adaptive policy")["met"] is None
 
 
 def test_peak_memory_and_slower_targets_name_the_workloads_that_miss():
