@@ -129,15 +129,14 @@ std::optional<cache::Entry> load_stored(cache::Store& store, const cache::Key& k
   return e;
 }
 
-// `kernel`: the kernel's identity (cache::kernel_identity of its IR);
-// `look_in_store`: false where the flush has just looked and missed.
+// `kernel`: the kernel's identity (cache::kernel_identity of its IR).
 cache::Entry build(const fusion::PlannedKernel& pk, const std::string& name, const cache::Key& key,
-                   const cache::Key& kernel, bool look_in_store) {
+                   const cache::Key& kernel) {
   const TimeScope timing(TimeCategory::Compile);  // the warm-up it waits for, the compile and the load
   if (g_options.compile_delay_ms > 0)
     std::this_thread::sleep_for(std::chrono::milliseconds(g_options.compile_delay_ms));
   const std::shared_ptr<cache::Store> stored = store();
-  if (stored && look_in_store) {
+  if (stored) {
     if (std::optional<cache::Entry> e = load_stored(*stored, key, name, kernel)) return std::move(*e);
   }
   const bool want_ir = !g_options.dump_dir.empty();
@@ -172,12 +171,12 @@ cache::Entry build(const fusion::PlannedKernel& pk, const std::string& name, con
 // KILN_ASYNC_COMPILE, a DeferredExecutable that the background thread's
 // build resolves (background_compiles.h); else the built kernel itself.
 cache::Entry build_for_flush(const fusion::PlannedKernel& pk, const std::string& name, const cache::Key& key,
-                             const cache::Key& kernel, bool look_in_store) {
-  if (!g_options.async_compile) return build(pk, name, key, kernel, look_in_store);
+                             const cache::Key& kernel) {
+  if (!g_options.async_compile) return build(pk, name, key, kernel);
   auto deferred = std::make_shared<DeferredExecutable>(name);
-  compile_in_background([pk, name, key, kernel, deferred, look_in_store] {
+  compile_in_background([pk, name, key, kernel, deferred] {
     try {
-      deferred->resolve(build(pk, name, key, kernel, look_in_store).executable);
+      deferred->resolve(build(pk, name, key, kernel).executable);
     } catch (...) {
       // Every launch of it raises this at the device's next sync point, as a
       // compile in the flush would have raised at the flush.
@@ -254,12 +253,10 @@ static void count_traced_ops(const trace::Trace& trace, Metrics& metrics) {
 namespace {
 
 // The key and the kernel identity (the store's, over the IR alone) of each
-// kernel of a fresh plan, from one serialization, and whether the flush has
-// already looked it up in the store and missed; filled as they are needed.
+// kernel of a fresh plan, from one serialization; filled as they are needed.
 struct KernelKeys {
   std::vector<cache::Key> key, identity;
-  std::vector<bool> not_stored;
-  explicit KernelKeys(size_t n) : key(n), identity(n), not_stored(n, false) {}
+  explicit KernelKeys(size_t n) : key(n), identity(n) {}
 };
 
 const cache::Key& key_of(const fusion::PlannedKernel& pk, KernelKeys& keys, size_t i) {
@@ -280,9 +277,8 @@ void resolve_kernel(PreparedPlan& fresh, size_t i, KernelKeys& keys) {
   PreparedPlan::Kernel& k = fresh.kernels[i];
   k.name = "kiln_" + key.hex();
   bool hit = false;
-  const bool look_in_store = !keys.not_stored[i];
-  k.entry = executable_cache().get_or_build(
-      key, [&] { return build_for_flush(pk, k.name, key, keys.identity[i], look_in_store); }, &hit);
+  k.entry =
+      executable_cache().get_or_build(key, [&] { return build_for_flush(pk, k.name, key, keys.identity[i]); }, &hit);
   if (hit) {
     // A use the store cannot see: its LRU order must not evict a kernel
     // that this process keeps using from memory.
@@ -398,27 +394,17 @@ Occurrences& occurrences() {
   return *o;
 }
 
-// Whether every kernel of a fresh plan is in memory or in the persistent
-// store (loaded into memory then): a trace that compiles nothing. A kernel
-// looked up in the store and missed is not looked up again by its build.
+// Whether every kernel of a fresh plan is in the process's memory: a trace
+// that compiles nothing. The store is not asked here: a lookup that misses
+// costs about 1 ms (its miss reason), on the program's thread, once per new
+// kernel (gpt_train's first step: 17 ms of flushing). A kernel in the store
+// is loaded by its build, on the compile thread, as a compile would be.
 bool kernels_cached(PreparedPlan& fused, KernelKeys& keys) {
-  const std::shared_ptr<cache::Store> stored = store();
-  bool cached = true;
-  for (size_t i = 0; i < fused.plan.kernels.size() && cached; ++i) {
+  for (size_t i = 0; i < fused.plan.kernels.size(); ++i) {
     const fusion::PlannedKernel& pk = fused.plan.kernels[i];
-    if (pk.work == 0) continue;
-    const cache::Key& key = key_of(pk, keys, i);
-    if (executable_cache().contains(key)) continue;
-    std::optional<cache::Entry> e;
-    if (stored) e = load_stored(*stored, key, "kiln_" + key.hex(), keys.identity[i]);
-    if (e) {
-      executable_cache().insert_if_absent(key, std::move(*e));
-    } else {
-      keys.not_stored[i] = stored != nullptr;
-      cached = false;
-    }
+    if (pk.work != 0 && !executable_cache().contains(key_of(pk, keys, i))) return false;
   }
-  return cached;
+  return true;
 }
 
 // What a library-tier flush did for its trace's next occurrences.
@@ -431,9 +417,9 @@ enum class Prepared {
 // The adaptive policy's memory: per start key (Trace::start_key), how far
 // its trace is from running fused, and per device the plan key of the trace
 // it flushed last, which tells the trace after it apart. A trace whose
-// kernels were queued runs as library kernels once more before it runs
-// fused: by then its compile has most likely finished, and its first fused
-// occurrence does not stall the device. Counts, never timing. Bounded: past
+// kernels were queued runs as library kernels once more (or a later trace
+// of the same plan does) before it runs fused: by then its compile has most
+// likely finished, and its first fused occurrence does not stall the device. Counts, never timing. Bounded: past
 // the bound the memory starts again, and those traces run as library
 // kernels again for an occurrence or two, never differently.
 class TraceHistory {
@@ -490,26 +476,22 @@ bool library_tier(bool counts_only) {
 // the memory cache from the flush that queued it, and a later occurrence
 // waits for it on the device's queue.
 Prepared prepare_library_trace(const trace::Trace& trace, const cache::Key& plan_key) {
-  const Prepared compiled = g_options.async_compile ? Prepared::Queued : Prepared::Ready;
-  if (std::shared_ptr<const PreparedPlan> made = plan_cache().find(plan_key)) {
-    // Made by an earlier trace, its kernels maybe still compiling.
-    return made->ready && !trace.counts_only ? Prepared::Ready : compiled;
-  }
+  // The plan of an earlier flush, which queued its kernels: this is an
+  // occurrence after the one that queued them, and the next runs fused.
+  if (plan_cache().find(plan_key)) return Prepared::Ready;
   std::shared_ptr<PreparedPlan> fused = make_plan(trace, g_options.fusion);
   if (log_enabled("fusion")) {
     for (size_t r = 0; r < fused->plan.regions.size(); ++r)
       log("fusion", "(library tier, planned) " + describe(trace, fused->plan.regions[r], r, true));
   }
   KernelKeys keys(fused->plan.kernels.size());
-  // Loaded from the store either way: counts_only changes the tier, not where a kernel comes from.
   const bool cached = kernels_cached(*fused, keys) && !trace.counts_only;
   const int64_t seen = occurrences().next(plan_key);
   if (cached || seen >= g_options.compile_threshold) {
     for (size_t i = 0; i < fused->plan.kernels.size(); ++i)
       if (fused->plan.kernels[i].work != 0) resolve_kernel(*fused, i, keys);
-    fused->ready = cached || !g_options.async_compile;
     plan_cache().insert(plan_key, std::move(fused));
-    return cached ? Prepared::Ready : compiled;
+    return cached || !g_options.async_compile ? Prepared::Ready : Prepared::Queued;
   }
   // Without the compile thread, the occurrence that compiles is recorded
   // for a fused flush, which compiles it and waits.
@@ -548,7 +530,6 @@ void flush(runtime::Device& dev, const trace::Trace& trace, std::string_view rea
   std::shared_ptr<PreparedPlan> fused = make_plan(trace, g_options.fusion);
   KernelKeys keys(fused->plan.kernels.size());
   launch_plan(dev, trace, *fused, fused.get(), keys);
-  fused->ready = !g_options.async_compile;          // a kernel this flush queued may still be compiling
   plan_cache().insert(plan_key, std::move(fused));  // only once every kernel was built or queued
 }
 
