@@ -21,7 +21,11 @@ namespace {
 struct Compiles {
   std::mutex mu;
   std::condition_variable wake, idle;
-  std::deque<std::function<void()>> queue;
+  struct Queued {
+    std::function<void()> compile;
+    const void* waiter = nullptr;  // the DeferredExecutable it resolves, if any
+  };
+  std::deque<Queued> queue;
   bool running = false;  // a compile taken from the queue is running
   bool stopping = false;
   std::thread thread;
@@ -54,7 +58,7 @@ void compile_loop(Compiles* c) {
   for (;;) {
     c->wake.wait(lock, [&] { return c->stopping || !c->queue.empty(); });
     if (c->queue.empty()) return;  // stopping, nothing left
-    std::function<void()> compile = std::move(c->queue.front());
+    std::function<void()> compile = std::move(c->queue.front().compile);
     c->queue.pop_front();
     c->running = true;
     lock.unlock();
@@ -67,10 +71,10 @@ void compile_loop(Compiles* c) {
 
 }  // namespace
 
-void compile_in_background(std::function<void()> compile) {
+void compile_in_background(std::function<void()> compile, const DeferredExecutable* resolves) {
   Compiles& c = compiles();
   std::lock_guard<std::mutex> lock(c.mu);
-  c.queue.push_back(std::move(compile));
+  c.queue.push_back({std::move(compile), resolves});
   if (!c.thread.joinable()) {
     static std::once_flag registered;
     std::call_once(registered, [] {
@@ -96,10 +100,30 @@ void finish_background_compiles() {
   finished.join();
 }
 
+// A compile the device now waits for goes before those queued for later
+// occurrences (the library tier queues a trace's kernels one or two
+// occurrences ahead): the device waits for its own kernel only.
+void hurry(const DeferredExecutable* waiter) {
+  Compiles& c = compiles();
+  std::lock_guard<std::mutex> lock(c.mu);
+  for (auto it = c.queue.begin(); it != c.queue.end(); ++it) {
+    if (it->waiter != waiter) continue;
+    Compiles::Queued q = std::move(*it);
+    c.queue.erase(it);
+    c.queue.push_front(std::move(q));
+    return;
+  }
+}
+
 void DeferredExecutable::run(const runtime::LaunchArgs& args) {
   std::shared_ptr<runtime::Executable> built;
   {
     std::unique_lock<std::mutex> lock(mu_);
+    if (!built_ && !error_) {
+      lock.unlock();
+      hurry(this);  // not under mu_: the compile thread takes c.mu, then resolves under mu_
+      lock.lock();
+    }
     if (!built_ && !error_) {
       const auto start = std::chrono::steady_clock::now();
       done_.wait(lock, [&] { return built_ || error_; });

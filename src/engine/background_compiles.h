@@ -21,9 +21,13 @@
 
 namespace kiln::engine {
 
+class DeferredExecutable;
+
 // Runs `compile` on the background thread (started on first use), after the
-// compiles queued before it.
-void compile_in_background(std::function<void()> compile);
+// compiles queued before it; `resolves`: the DeferredExecutable it resolves,
+// whose launch moves it to the front of the queue once the device waits for
+// it (DeferredExecutable::run).
+void compile_in_background(std::function<void()> compile, const DeferredExecutable* resolves = nullptr);
 
 // Waits until every queued compile ran, then joins the thread (a later
 // compile starts it again). Runs before a fork (a child must not inherit a

@@ -174,15 +174,17 @@ cache::Entry build_for_flush(const fusion::PlannedKernel& pk, const std::string&
                              const cache::Key& kernel) {
   if (!g_options.async_compile) return build(pk, name, key, kernel);
   auto deferred = std::make_shared<DeferredExecutable>(name);
-  compile_in_background([pk, name, key, kernel, deferred] {
-    try {
-      deferred->resolve(build(pk, name, key, kernel).executable);
-    } catch (...) {
-      // Every launch of it raises this at the device's next sync point, as a
-      // compile in the flush would have raised at the flush.
-      deferred->fail(std::current_exception());
-    }
-  });
+  compile_in_background(
+      [pk, name, key, kernel, deferred] {
+        try {
+          deferred->resolve(build(pk, name, key, kernel).executable);
+        } catch (...) {
+          // Every launch of it raises this at the device's next sync point, as a
+          // compile in the flush would have raised at the flush.
+          deferred->fail(std::current_exception());
+        }
+      },
+      deferred.get());
   cache::Entry e;
   e.executable = std::move(deferred);
   return e;
@@ -417,9 +419,9 @@ enum class Prepared {
 // The adaptive policy's memory: per start key (Trace::start_key), how far
 // its trace is from running fused, and per device the plan key of the trace
 // it flushed last, which tells the trace after it apart. A trace whose
-// kernels were queued runs as library kernels once more (or a later trace
-// of the same plan does) before it runs fused: by then its compile has most
-// likely finished, and its first fused occurrence does not stall the device. Counts, never timing. Bounded: past
+// kernels were queued runs as library kernels once more before it runs
+// fused: by then its compile has most likely finished, and its first fused
+// occurrence does not stall the device. Counts, never timing. Bounded: past
 // the bound the memory starts again, and those traces run as library
 // kernels again for an occurrence or two, never differently.
 class TraceHistory {
@@ -476,9 +478,14 @@ bool library_tier(bool counts_only) {
 // the memory cache from the flush that queued it, and a later occurrence
 // waits for it on the device's queue.
 Prepared prepare_library_trace(const trace::Trace& trace, const cache::Key& plan_key) {
-  // The plan of an earlier flush, which queued its kernels: this is an
-  // occurrence after the one that queued them, and the next runs fused.
-  if (plan_cache().find(plan_key)) return Prepared::Ready;
+  const Prepared compiled = g_options.async_compile ? Prepared::Queued : Prepared::Ready;
+  if (std::shared_ptr<const PreparedPlan> made = plan_cache().find(plan_key)) {
+    // Made by an earlier trace, its kernels maybe still compiling. (Not
+    // Ready: a key marked for fusing by another trace's plan ran into a
+    // different trace under that key in gpt_train's first step, a fused
+    // occurrence that compiled 8 kernels there and stalled 80-90 ms.)
+    return made->ready && !trace.counts_only ? Prepared::Ready : compiled;
+  }
   std::shared_ptr<PreparedPlan> fused = make_plan(trace, g_options.fusion);
   if (log_enabled("fusion")) {
     for (size_t r = 0; r < fused->plan.regions.size(); ++r)
@@ -490,8 +497,9 @@ Prepared prepare_library_trace(const trace::Trace& trace, const cache::Key& plan
   if (cached || seen >= g_options.compile_threshold) {
     for (size_t i = 0; i < fused->plan.kernels.size(); ++i)
       if (fused->plan.kernels[i].work != 0) resolve_kernel(*fused, i, keys);
+    fused->ready = cached || !g_options.async_compile;
     plan_cache().insert(plan_key, std::move(fused));
-    return cached || !g_options.async_compile ? Prepared::Ready : Prepared::Queued;
+    return cached ? Prepared::Ready : compiled;
   }
   // Without the compile thread, the occurrence that compiles is recorded
   // for a fused flush, which compiles it and waits.
@@ -530,6 +538,7 @@ void flush(runtime::Device& dev, const trace::Trace& trace, std::string_view rea
   std::shared_ptr<PreparedPlan> fused = make_plan(trace, g_options.fusion);
   KernelKeys keys(fused->plan.kernels.size());
   launch_plan(dev, trace, *fused, fused.get(), keys);
+  fused->ready = !g_options.async_compile;          // a kernel this flush queued may still be compiling
   plan_cache().insert(plan_key, std::move(fused));  // only once every kernel was built or queued
 }
 

@@ -25,6 +25,10 @@ struct PreparedPlan {
   };
   fusion::Plan plan;
   std::vector<Kernel> kernels;  // parallel to plan.kernels
+  // Every kernel was built or loaded when the plan was made (none was
+  // queued for the compile thread): a library-tier trace that finds it runs
+  // fused next time without a wait (flush.cpp, TraceHistory).
+  bool ready = false;
 };
 
 class PlanCache {
