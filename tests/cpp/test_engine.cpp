@@ -1,6 +1,7 @@
 // The flush pipeline on a runtime device, without torch.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <string>
@@ -183,6 +184,39 @@ TEST(Engine, LibraryTierRunsATraceUntilItsKernelsWereQueuedAndSeenAgain) {
   engine::configure(engine::Options{});
   // Without the compile thread and with threshold 1 (the fixed policy) nothing is a library trace.
   EXPECT_FALSE(engine::start_trace(0, first_op + 1, false).ran_as_library);
+  dev.free(x);
+  dev.free(y);
+}
+
+// A fused launch whose kernel is still queued behind compiles for later
+// occurrences moves it to the front: the device waits for its own kernel,
+// not for the queue (three compiles of 300 ms each: about 600 ms, not 900).
+TEST(Engine, TheDeviceWaitsForItsOwnKernelNotTheWholeCompileQueue) {
+  engine::Options o;
+  o.async_compile = true;
+  o.compile_delay_ms = 300;
+  engine::configure(o);
+  engine::wait_for_compiler_warm_up();
+  runtime::Device dev(0, 1 << 20, false);
+  auto* x = static_cast<float*>(dev.allocate(40 * 4));
+  auto* y = static_cast<float*>(dev.allocate(40 * 4));
+  for (int i = 0; i < 40; ++i) x[i] = static_cast<float>(i);
+  auto make = [&](double c, bool library) {  // y = x * 3 + c: a kernel of its own per c
+    trace::Trace t = axpb(x, y, 40, 3.0);
+    for (ir::Node& n : t.ops[0].nodes)
+      if (n.op == Op::Constant) n.imm = c;
+    t.ran_as_library = library;
+    return t;
+  };
+  const auto start = std::chrono::steady_clock::now();
+  for (double c : {31.0, 32.0, 33.0}) engine::flush(dev, make(c, true), "test");  // queued, launched nothing
+  engine::flush(dev, make(33.0, false), "test");                                  // needs the last one queued
+  dev.synchronize();
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(y[2], 2.f * 3.f + 33.f);
+  EXPECT_LT(ms, 850) << "the launch waited behind the other queued compiles";
+  engine::configure(engine::Options{});
   dev.free(x);
   dev.free(y);
 }
