@@ -413,7 +413,7 @@ bool kernels_cached(PreparedPlan& fused, KernelKeys& keys) {
 enum class Prepared {
   Nothing,  // below KILN_COMPILE_THRESHOLD: nothing compiled
   Queued,   // its fused kernels are queued for the compile thread (or were, by an earlier trace)
-  Ready,    // its fused kernels are compiled, or loaded from the store
+  Ready,    // its fused kernels are built (compiled in the flush, or in memory already)
 };
 
 // The adaptive policy's memory: per start key (Trace::start_key), how far
