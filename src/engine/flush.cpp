@@ -18,6 +18,7 @@
 #include "engine/stored_verdicts.h"
 #include "engine/warm_start.h"
 #include "kiln/engine.h"
+#include "kiln/hash_mix.h"
 #include "kiln/log.h"
 #include "kiln/metrics.h"
 
@@ -428,9 +429,7 @@ class TraceHistory {
  public:
   uint64_t start_key(int device, uint64_t first_op) {
     std::lock_guard<std::mutex> lock(mu_);
-    uint64_t k = last_[static_cast<size_t>(device)] ^ (first_op + 0x9e3779b97f4a7c15ULL + (first_op << 6));
-    k = (k ^ (k >> 31)) * 0x7fb5d329728ea185ULL;
-    return k ^ (k >> 27);
+    return mix_in(mix_in(0, last_[static_cast<size_t>(device)]), first_op);
   }
   bool runs_fused(uint64_t start) {
     std::lock_guard<std::mutex> lock(mu_);

@@ -6,24 +6,16 @@
 #include <string>
 #include <unordered_set>
 
+#include "kiln/hash_mix.h"
+
 namespace kiln::trace {
 
 namespace {
 
-// splitmix64's finalizer after a rotate-and-add: every bit of `v` reaches
-// every bit of the result (the dispatch layer's case hashes met collisions
-// with a multiply-only mix, commit fe4c570).
-uint64_t mix(uint64_t h, uint64_t v) {
-  uint64_t x = ((h << 7) | (h >> 57)) + v + 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 uint64_t mix_view(uint64_t h, const View& v) {
-  h = mix(h, static_cast<uint64_t>(v.dtype));
-  h = mix(h, static_cast<uint64_t>(v.offset));
-  for (int64_t s : v.strides) h = mix(h, static_cast<uint64_t>(s));
+  h = mix_in(h, static_cast<uint64_t>(v.dtype));
+  h = mix_in(h, static_cast<uint64_t>(v.offset));
+  for (int64_t s : v.strides) h = mix_in(h, static_cast<uint64_t>(s));
   return h;
 }
 
@@ -31,24 +23,24 @@ uint64_t mix_view(uint64_t h, const View& v) {
 
 uint64_t op_hash(const TraceOp& op) {
   uint64_t h = 0;
-  for (const char* c = op.name; *c; ++c) h = mix(h, static_cast<unsigned char>(*c));
-  for (int64_t s : op.sizes) h = mix(h, static_cast<uint64_t>(s));
-  h = mix(h, op.reduced);
+  for (const char* c = op.name; *c; ++c) h = mix_in(h, static_cast<unsigned char>(*c));
+  for (int64_t s : op.sizes) h = mix_in(h, static_cast<uint64_t>(s));
+  h = mix_in(h, op.reduced);
   for (const View& v : op.loads) h = mix_view(h, v);
-  for (const Scalar& s : op.scalars) h = mix(h, static_cast<uint64_t>(s.type));
+  for (const Scalar& s : op.scalars) h = mix_in(h, static_cast<uint64_t>(s.type));
   for (const ir::Node& n : op.nodes) {
-    h = mix(h, static_cast<uint64_t>(n.op) | static_cast<uint64_t>(n.dtype) << 8);
-    for (int32_t in : n.in) h = mix(h, static_cast<uint32_t>(in));
-    h = mix(h, static_cast<uint32_t>(n.arg));
+    h = mix_in(h, static_cast<uint64_t>(n.op) | static_cast<uint64_t>(n.dtype) << 8);
+    for (int32_t in : n.in) h = mix_in(h, static_cast<uint32_t>(in));
+    h = mix_in(h, static_cast<uint32_t>(n.arg));
     uint64_t imm = 0;
     std::memcpy(&imm, &n.imm, sizeof imm);
-    h = mix(h, imm);
+    h = mix_in(h, imm);
   }
   for (const ir::Reduction& r : op.reductions) {
-    h = mix(h, static_cast<uint64_t>(r.kind) | static_cast<uint64_t>(r.dtype) << 8);
-    h = mix(h, static_cast<uint32_t>(r.value));
+    h = mix_in(h, static_cast<uint64_t>(r.kind) | static_cast<uint64_t>(r.dtype) << 8);
+    h = mix_in(h, static_cast<uint32_t>(r.value));
   }
-  for (const TraceOp::Output& o : op.stores) h = mix(mix_view(h, o.view), static_cast<uint32_t>(o.value));
+  for (const TraceOp::Output& o : op.stores) h = mix_in(mix_view(h, o.view), static_cast<uint32_t>(o.value));
   return h;
 }
 

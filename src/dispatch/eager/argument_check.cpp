@@ -10,8 +10,8 @@
 #include <type_traits>
 
 #include "dispatch/backend/devices.h"
-#include "dispatch/eager/hash_mix.h"
 #include "dispatch/eager/tensor_alias.h"
+#include "kiln/hash_mix.h"
 
 namespace kiln::dispatch {
 namespace {

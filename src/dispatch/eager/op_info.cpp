@@ -4,9 +4,9 @@
 #include <shared_mutex>
 #include <unordered_set>
 
-#include "dispatch/eager/hash_mix.h"
 #include "dispatch/eager/tensor_alias.h"
 #include "kiln/engine.h"
+#include "kiln/hash_mix.h"
 #include "kiln/trace.h"
 
 namespace kiln::dispatch {

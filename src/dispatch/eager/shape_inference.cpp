@@ -4,8 +4,8 @@
 #include <limits>
 
 #include "dispatch/eager/cpp_meta.h"
-#include "dispatch/eager/hash_mix.h"
 #include "dispatch/eager/tensor_alias.h"
+#include "kiln/hash_mix.h"
 
 namespace kiln::dispatch {
 

@@ -1,11 +1,13 @@
-// The one way dispatch folds values into its 64-bit case hashes (argument
-// shapes, patterns, cases, signatures), which key verdicts with no second
-// comparison: a collision would skip an argument check.
+// The one way kiln folds values into its 64-bit structural hashes: the
+// dispatch layer's case hashes (argument shapes, patterns, cases,
+// signatures), which key verdicts with no second comparison (a collision
+// would skip an argument check), and the adaptive policy's trace keys
+// (trace::op_hash, engine::start_trace).
 #pragma once
 
 #include <cstdint>
 
-namespace kiln::dispatch {
+namespace kiln {
 
 // h' = splitmix64's finalizer over (h ^ v): every bit of v reaches every bit
 // of h'. The FNV-style step it replaces, (h ^ v) * prime, carries a bit only
@@ -21,4 +23,4 @@ inline uint64_t mix_in(uint64_t h, uint64_t v) {
   return x;
 }
 
-}  // namespace kiln::dispatch
+}  // namespace kiln
