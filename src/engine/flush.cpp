@@ -427,19 +427,26 @@ enum class Prepared {
 // kernels again for an occurrence or two, never differently.
 class TraceHistory {
  public:
-  uint64_t start_key(int device, uint64_t first_op) {
+  // The key of a trace whose first op is `first_op`, and whether it runs fused.
+  TraceStart start(int device, uint64_t first_op) {
     std::lock_guard<std::mutex> lock(mu_);
-    return mix_in(mix_in(0, last_[static_cast<size_t>(device)]), first_op);
+    TraceStart s;
+    s.key = mix_in(mix_in(0, last_[static_cast<size_t>(device)]), first_op);
+    auto it = state_.find(s.key);
+    s.ran_as_library = it == state_.end() || it->second != State::Fused;
+    return s;
   }
-  bool runs_fused(uint64_t start) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = state_.find(start);
-    return it != state_.end() && it->second == State::Fused;
-  }
-  void flushed(int device, const cache::Key& plan_key, uint64_t start, Prepared prepared) {
+  // Every flush: the trace that follows it on `device` is told apart by it.
+  void flushed(int device, const cache::Key& plan_key) {
     std::lock_guard<std::mutex> lock(mu_);
     last_[static_cast<size_t>(device)] = plan_key.low ^ plan_key.high;
+  }
+  // A library-tier trace's flush: how far its key now is from running fused.
+  // (A trace recorded for fusing needs no entry: its key runs fused already,
+  // or the library tier is off.)
+  void prepared(uint64_t start, Prepared prepared) {
     if (prepared == Prepared::Nothing) return;
+    std::lock_guard<std::mutex> lock(mu_);
     if (state_.size() >= kMaxTraces) state_.clear();
     State& s = state_[start];  // a new entry starts Unseen
     s = prepared == Prepared::Ready || s == State::Queued ? State::Fused : State::Queued;
@@ -508,9 +515,8 @@ Prepared prepare_library_trace(const trace::Trace& trace, const cache::Key& plan
 }  // namespace
 
 TraceStart start_trace(int device, uint64_t first_op, bool counts_only) {
-  TraceStart s;
-  s.key = history().start_key(device, first_op);
-  s.ran_as_library = library_tier(counts_only) && !history().runs_fused(s.key);
+  TraceStart s = history().start(device, first_op);
+  s.ran_as_library = s.ran_as_library && library_tier(counts_only);
   return s;
 }
 
@@ -523,11 +529,12 @@ void flush(runtime::Device& dev, const trace::Trace& trace, std::string_view rea
   const cache::Key plan_key = cache::make_key(fusion::plan_signature(trace, g_options.fusion), fingerprint());
   if (trace.ran_as_library) {
     metrics.add(Counter::Tiers, "library");
-    history().flushed(dev.index(), plan_key, trace.start_key, prepare_library_trace(trace, plan_key));
+    history().flushed(dev.index(), plan_key);
+    history().prepared(trace.start_key, prepare_library_trace(trace, plan_key));
     return;
   }
   metrics.add(Counter::Tiers, "fused");
-  history().flushed(dev.index(), plan_key, trace.start_key, Prepared::Ready);
+  history().flushed(dev.index(), plan_key);
   if (std::shared_ptr<const PreparedPlan> reused = plan_cache().find(plan_key)) {
     metrics.add(Counter::PlanCache, "hit");
     launch_reused(dev, trace, *reused);
