@@ -420,20 +420,27 @@ enum class Prepared {
 // The adaptive policy's memory: per start key (Trace::start_key), how far
 // its trace is from running fused, and per device the plan key of the trace
 // it flushed last, which tells the trace after it apart. A trace whose
-// kernels were queued runs as library kernels once more before it runs
-// fused: by then its compile has most likely finished, and its first fused
-// occurrence does not stall the device. Counts, never timing. Bounded: past
-// the bound the memory starts again, and those traces run as library
-// kernels again for an occurrence or two, never differently.
+// kernels were queued runs fused once the program has waited for the
+// device since (a step's end, most often): its compile has had the time
+// the program took to get there. Until then it runs as library kernels,
+// once at most, so that a program that never waits is fused too: a fused
+// occurrence right behind the queueing would stall the device on the
+// compile (gpt_train's first step, whose layers repeat its traces). Counts
+// and program order, never timing. Bounded: past the bound the memory
+// starts again, and those traces run as library kernels again for an
+// occurrence or two, never differently.
 class TraceHistory {
  public:
   // The key of a trace whose first op is `first_op`, and whether it runs fused.
   TraceStart start(int device, uint64_t first_op) {
     std::lock_guard<std::mutex> lock(mu_);
+    const auto d = static_cast<size_t>(device);
     TraceStart s;
-    s.key = mix_in(mix_in(0, last_[static_cast<size_t>(device)]), first_op);
+    s.key = mix_in(mix_in(0, last_[d]), first_op);
     auto it = state_.find(s.key);
-    s.ran_as_library = it == state_.end() || it->second != State::Fused;
+    const bool fused = it != state_.end() && (it->second.state == State::Fused ||
+                                              (it->second.state == State::Queued && it->second.waits < waits_[d]));
+    s.ran_as_library = !fused;
     return s;
   }
   // Every flush: the trace that follows it on `device` is told apart by it.
@@ -441,39 +448,38 @@ class TraceHistory {
     std::lock_guard<std::mutex> lock(mu_);
     last_[static_cast<size_t>(device)] = plan_key.low ^ plan_key.high;
   }
+  void waited(int device) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++waits_[static_cast<size_t>(device)];
+  }
   // A library-tier trace's flush: how far its key now is from running fused.
   // (A trace recorded for fusing needs no entry: its key runs fused already,
   // or the library tier is off.)
-  void prepared(uint64_t start, Prepared prepared) {
+  void prepared(int device, uint64_t start, Prepared prepared) {
     if (prepared == Prepared::Nothing) return;
     std::lock_guard<std::mutex> lock(mu_);
     if (state_.size() >= kMaxTraces) state_.clear();
-    State& s = state_[start];  // a new entry starts Unseen
-    s = prepared == Prepared::Ready || s == State::Queued ? State::Fused : State::Queued;
+    Entry& e = state_[start];  // a new entry starts Unseen
+    e.state = prepared == Prepared::Ready || e.state == State::Queued ? State::Fused : State::Queued;
+    e.waits = waits_[static_cast<size_t>(device)];
   }
 
  private:
   enum class State : uint8_t { Unseen, Queued, Fused };
+  struct Entry {
+    State state = State::Unseen;
+    uint64_t waits = 0;  // the device's waits when its kernels were queued
+  };
   static constexpr size_t kMaxTraces = size_t{1} << 16;
   std::mutex mu_;
   std::array<uint64_t, runtime::kMaxDevices> last_{};
-  std::unordered_map<uint64_t, State> state_;
+  std::array<uint64_t, runtime::kMaxDevices> waits_{};  // the program's waits for each device
+  std::unordered_map<uint64_t, Entry> state_;
 };
 
 TraceHistory& history() {
   static auto* h = new TraceHistory();
   return *h;
-}
-
-// Whether first occurrences run as library kernels: under
-// KILN_ASYNC_COMPILE (they run while their fused kernels compile) or a
-// KILN_COMPILE_THRESHOLD above 1 (they run until the trace was seen that
-// often). Off, every trace is fused and compiled at its first flush.
-// A program whose last run left its kernels in the store (warm start) runs
-// fused from the first occurrence: the library tier would only slow down
-// its first step.
-bool library_tier(bool counts_only) {
-  return (g_options.async_compile || g_options.compile_threshold > 1) && (counts_only || !program_ran_before());
 }
 
 // A trace whose ops already ran as library kernels: counts its occurrence,
@@ -514,11 +520,35 @@ Prepared prepare_library_trace(const trace::Trace& trace, const cache::Key& plan
 
 }  // namespace
 
-TraceStart start_trace(int device, uint64_t first_op, bool counts_only) {
-  TraceStart s = history().start(device, first_op);
-  s.ran_as_library = s.ran_as_library && library_tier(counts_only);
+// A trace that starts with an op over this many elements or more is
+// fused from its first occurrence: there a library kernel is bound by
+// memory, more so at the first touch of fresh outputs, and a trace of such
+// ops soon costs more as library kernels than its fused kernels take to
+// compile (an optimizer step over large parameters; docs/tuning.md, "Tiers").
+constexpr int64_t kLargeOpElements = int64_t{1} << 20;
+
+bool fused_at_first_sight(int64_t elements) { return elements >= kLargeOpElements; }
+
+// Whether first occurrences run as library kernels: under
+// KILN_ASYNC_COMPILE (they run while their fused kernels compile) or a
+// KILN_COMPILE_THRESHOLD above 1 (they run until the trace was seen that
+// often). Off, every trace is fused and compiled at its first flush.
+// A program whose last run left its kernels in the store (warm start) runs
+// fused from the first occurrence: the library tier would only slow down
+// its first step.
+bool library_tier(bool counts_only) {
+  return (g_options.async_compile || g_options.compile_threshold > 1) && (counts_only || !program_ran_before());
+}
+
+TraceStart start_trace(int device, const trace::TraceOp& first_op, bool counts_only) {
+  TraceStart s = history().start(device, trace::op_hash(first_op));
+  int64_t elements = 1;
+  for (int64_t size : first_op.sizes) elements *= size;
+  s.ran_as_library = s.ran_as_library && library_tier(counts_only) && !fused_at_first_sight(elements);
   return s;
 }
+
+void program_waited(int device) { history().waited(device); }
 
 void flush(runtime::Device& dev, const trace::Trace& trace, std::string_view reason) {
   if (trace.empty()) return;
@@ -530,7 +560,7 @@ void flush(runtime::Device& dev, const trace::Trace& trace, std::string_view rea
   if (trace.ran_as_library) {
     metrics.add(Counter::Tiers, "library");
     history().flushed(dev.index(), plan_key);
-    history().prepared(trace.start_key, prepare_library_trace(trace, plan_key));
+    history().prepared(dev.index(), trace.start_key, prepare_library_trace(trace, plan_key));
     return;
   }
   metrics.add(Counter::Tiers, "fused");

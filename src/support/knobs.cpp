@@ -158,13 +158,14 @@ const std::vector<KnobSpec>& knob_table() {
        set_stream_min_mb, 0, 1 << 20, {}, "auto"},
       {"KILN_ASYNC_COMPILE", KnobKind::Boolean, "1",
        "1: a trace's first occurrences run as library kernels while a background thread of idle priority "
-       "compiles its fused kernels, which run from the occurrence after next (a fused launch whose kernel "
-       "is still compiling waits on the device, not in the program); 0: the flush compiles them before "
-       "returning.",
+       "compiles its fused kernels, which run once the program has waited for the device since (or from "
+       "the occurrence after next; a fused launch whose kernel is still compiling waits on the device, not "
+       "in the program); 0: the flush compiles them before returning.",
        set_flag<&Settings::async_compile>},
-      {"KILN_COMPILE_THRESHOLD", KnobKind::Integer, "1",
+      {"KILN_COMPILE_THRESHOLD", KnobKind::Integer, "2",
        "Occurrences of a trace before its fused kernels are compiled: until then a trace whose fused "
-       "kernels are not cached (in memory or in the store) runs as library kernels, compiling nothing. "
+       "kernels are not cached (in memory or in the store) runs as library kernels, compiling nothing, "
+       "unless its first op covers 2^20 elements or more. 2: a trace seen once is never compiled; "
        "1: compile at first sight (with KILN_ASYNC_COMPILE=0: every trace fused at its first flush).",
        set_integer<&Settings::compile_threshold>, 1, 1000000},
       {"KILN_SHAPE_SPECIALIZE", KnobKind::Boolean, "0",

@@ -119,6 +119,11 @@ size_t Recorder::pending() {
   return pending_.size();
 }
 
+bool Recorder::pending_for_fusing() {
+  auto lock = hold();
+  return pending_.size() != 0 && !pending_.ran_as_library();
+}
+
 Recorder& recorder(int index) {
   static std::array<std::atomic<Recorder*>, runtime::kMaxDevices> recorders{};
   static std::mutex mu;

@@ -162,7 +162,7 @@ TEST(Engine, LibraryTierRunsATraceUntilItsKernelsWereQueuedAndSeenAgain) {
       if (n.op == Op::Constant) n.imm = 7;
     return t;
   };
-  const uint64_t first_op = trace::op_hash(make().ops[0]);
+  const trace::TraceOp first_op = make().ops[0];
   std::vector<bool> library;
   for (int occurrence = 0; occurrence < 5; ++occurrence) {
     trace::Trace t = make();
@@ -183,7 +183,53 @@ TEST(Engine, LibraryTierRunsATraceUntilItsKernelsWereQueuedAndSeenAgain) {
   EXPECT_EQ(Metrics::global().get(Counter::Tiers, "fused"), 2);
   engine::configure(engine::Options{});
   // Without the compile thread and with threshold 1 (the fixed policy) nothing is a library trace.
-  EXPECT_FALSE(engine::start_trace(0, first_op + 1, false).ran_as_library);
+  EXPECT_FALSE(engine::start_trace(0, first_op, false).ran_as_library);
+  dev.free(x);
+  dev.free(y);
+}
+
+// Once the program has waited for the device (a step's end), a trace whose
+// kernels were queued before runs fused at its next occurrence, without the
+// library occurrence a program that never waits takes (the test above).
+// A trace that starts with a large op runs fused at first sight.
+TEST(Engine, AQueuedTraceRunsFusedAfterTheProgramWaitedAndALargeOneAtOnce) {
+  engine::Options o;
+  o.async_compile = true;
+  o.compile_delay_ms = 20;
+  engine::configure(o);
+  runtime::Device dev(0, 1 << 20, false);
+  auto* x = static_cast<float*>(dev.allocate(64 * 4));
+  auto* y = static_cast<float*>(dev.allocate(64 * 4));
+  for (int i = 0; i < 64; ++i) x[i] = static_cast<float>(i);
+  auto make = [&] {  // y = x * 5 + 9: a kernel no other test compiled
+    trace::Trace t = axpb(x, y, 48, 5.0);
+    for (ir::Node& n : t.ops[0].nodes)
+      if (n.op == Op::Constant) n.imm = 9;
+    return t;
+  };
+  std::vector<bool> library;
+  for (int occurrence = 0; occurrence < 3; ++occurrence) {
+    trace::Trace t = make();
+    const engine::TraceStart start = engine::start_trace(0, t.ops[0], false);
+    t.start_key = start.key;
+    t.ran_as_library = start.ran_as_library;
+    library.push_back(start.ran_as_library);
+    std::memset(y, 0, 48 * 4);
+    engine::flush(dev, t, "test");
+    dev.synchronize();
+    engine::program_waited(0);
+    EXPECT_EQ(y[3], start.ran_as_library ? 0.f : 24.f) << occurrence;
+  }
+  // Two keys (the first follows another trace); the second's kernels were
+  // queued at its first occurrence, and the program waited since.
+  EXPECT_EQ(library, (std::vector<bool>{true, true, false}));
+
+  trace::TraceOp large = make().ops[0];
+  large.sizes = {int64_t{1} << 20};
+  EXPECT_FALSE(engine::start_trace(0, large, false).ran_as_library);
+  large.sizes = {(int64_t{1} << 20) - 1};
+  EXPECT_TRUE(engine::start_trace(0, large, false).ran_as_library);
+  engine::configure(engine::Options{});
   dev.free(x);
   dev.free(y);
 }

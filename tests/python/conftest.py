@@ -17,8 +17,11 @@ atexit.register(shutil.rmtree, CACHE_DIR, True)
 # every trace fused and compiled at its first flush. The adaptive policy's
 # library tier (the defaults) is tested in fresh interpreters (run_python
 # drops KILN_ variables: test_compile_tiers.py, test_real_models.py, ...);
-# `KILN_ASYNC_COMPILE=1 make test` runs this process under it too.
-os.environ.setdefault("KILN_ASYNC_COMPILE", "0")
+# `KILN_ASYNC_COMPILE=1 KILN_COMPILE_THRESHOLD=2 make test` runs this
+# process under the defaults too.
+FIXED_POLICY = {"KILN_ASYNC_COMPILE": "0", "KILN_COMPILE_THRESHOLD": "1"}
+for _knob, _value in FIXED_POLICY.items():
+    os.environ.setdefault(_knob, _value)
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

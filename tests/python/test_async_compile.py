@@ -12,20 +12,22 @@ import pytest
 from conftest import REPO, run_python
 
 FLUSH_THEN_WAIT = """
-import json, time, torch, kiln
+import json, os, time, torch, kiln
 d = kiln.DEVICE_NAME
 torch.manual_seed(0)
 x = torch.randn(64, 64)
 w = torch.randn(64, 64)
 xd, wd = x.to(d), w.to(d)
 (xd @ wd).cpu()  # mm's first call of this pattern runs on the host: not part of what is timed
+if os.environ["KILN_ASYNC_COMPILE"] == "1":
+    ((xd * 2 + 1).tanh() @ wd).cpu()  # first calls: on the host, unrecorded (the library tier)
 start = time.perf_counter()
 z = (xd * 2 + 1).tanh() @ wd  # mm flushes the trace, whose kernel is new
 flushed = time.perf_counter() - start
 got = z.cpu()
 done = time.perf_counter() - start
 want = (xd * 2 + 1).tanh().cpu() @ w  # the trace again (kiln's own tanh fused may differ by an ulp)
-# Two more occurrences: under the library tier the last one runs fused.
+# Two more occurrences: the program waited (.cpu()) since the kernel was queued: fused.
 for _ in range(2):
     again = ((xd * 2 + 1).tanh() @ wd).cpu()
 last = time.perf_counter() - start
@@ -38,9 +40,10 @@ print(json.dumps({"flushed": flushed, "done": done, "last": last, "tiers": c["ti
 DELAY_MS = 2000
 
 
-def run(code, async_compile, delay_ms):
+def run(code, async_compile, delay_ms, threshold="1"):
     env = {"KILN_MODE": "lazy", "KILN_CACHE": "0", "KILN_ASYNC_COMPILE": async_compile}
     env["KILN_COMPILE_DELAY_MS"] = str(delay_ms)
+    env["KILN_COMPILE_THRESHOLD"] = threshold  # 1: compile at first sight
     r = run_python(code, env=env, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -50,7 +53,7 @@ def test_a_flush_does_not_wait_for_its_compile():
     out = run(FLUSH_THEN_WAIT, "1", DELAY_MS)
     assert out["flushed"] < DELAY_MS / 2000, out  # returned long before the compile could finish
     assert out["done"] < DELAY_MS / 2000, out  # the first occurrence ran as library kernels
-    assert out["tiers"] == {"library": 3, "fused": 1}, out
+    assert out["tiers"] == {"library": 2, "fused": 2}, out
     assert out["last"] >= DELAY_MS / 1000, out  # the fused occurrence waited for the compile
     assert out["wait_us"] > 0 and out["close"], out
 
@@ -72,8 +75,8 @@ def test_results_do_not_depend_on_when_compiles_finish():
     fused kernels replace some library kernels (GELU's erf is kiln's own)."""
     code = f"import runpy, sys; sys.argv = [{TRAIN!r}]; runpy.run_path({TRAIN!r}, run_name='__main__')"
     keys = ("loss", "extra", "checksum", "first")
-    prompt = run(code, "1", 0)
-    late = run(code, "1", 30)
+    prompt = run(code, "1", 0, threshold="2")  # the defaults
+    late = run(code, "1", 30, threshold="2")
     assert {k: late[k] for k in keys} == {k: prompt[k] for k in keys}
     blocking = run(code, "0", 0)
     assert blocking["loss"] == pytest.approx(prompt["loss"], rel=1e-5, abs=1e-6)

@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 
-from conftest import REPO
+from conftest import FIXED_POLICY, REPO
 
 CHAINS = os.path.join(REPO, "tests", "python", "scripts", "cache_chains.py")
 KILLS = 50
@@ -22,7 +22,7 @@ def _env(cache_dir, **extra):
     env = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
     # The fixed policy: a program's every trace fused at its first flush, on
     # a cold store as on a warm one, so that every run's total is the same bits.
-    env.update({"KILN_MODE": "lazy", "KILN_CACHE_DIR": str(cache_dir), "KILN_ASYNC_COMPILE": "0"})
+    env.update({"KILN_MODE": "lazy", "KILN_CACHE_DIR": str(cache_dir), **FIXED_POLICY})
     env.update(extra)
     return env
 

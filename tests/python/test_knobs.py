@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, run_python
+from conftest import FIXED_POLICY, REPO, run_python
 
 BAD_VALUES = [
     ("KILN_DEVICE_COUNT", "abc"),
@@ -136,7 +136,7 @@ print(json.dumps({"mode": kiln.mode(), "flushes": c["trace_flushes"], "launches"
 
 def chain_with(**knobs):
     # The fixed policy: the chain fused at its first flush (its one occurrence).
-    r = run_python(CHAIN, env={"KILN_CACHE": "0", "KILN_MODE": "lazy", "KILN_ASYNC_COMPILE": "0", **knobs})
+    r = run_python(CHAIN, env={"KILN_CACHE": "0", "KILN_MODE": "lazy", **FIXED_POLICY, **knobs})
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
 

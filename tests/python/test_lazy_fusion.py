@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import kiln
-from conftest import run_python
+from conftest import FIXED_POLICY, run_python
 
 pytestmark = pytest.mark.skipif(kiln.mode() != "lazy", reason="lazy mode only")
 DEVICE = kiln.DEVICE_NAME
@@ -391,7 +391,7 @@ def test_memory_taken_from_the_trace_and_freed_before_the_flush_is_not_lost():
 
 def test_fusion_log_and_dump_dir(tmp_path):
     code = "import torch, kiln; x = torch.randn(100, device='%s'); print(((x * 2).exp() + 1).sum().item())" % DEVICE
-    r = run_python(code, env={"KILN_LOG": "fusion", "KILN_DUMP_DIR": str(tmp_path), "KILN_ASYNC_COMPILE": "0"})
+    r = run_python(code, env={"KILN_LOG": "fusion", "KILN_DUMP_DIR": str(tmp_path), **FIXED_POLICY})
     assert r.returncode == 0, r.stderr
     assert "[kiln:fusion] region 0:" in r.stderr and "aten::exp" in r.stderr
     kir = list(tmp_path.glob("*.kir"))
@@ -418,7 +418,8 @@ for off in (1, 3, 16, 17):
 assert all(torch.allclose(g.double(), w.double(), rtol=1e-5, atol=1e-6) for g, w in checks)
 print('ok', len(checks))
 """
-    r = run_python(code, env={"KILN_STREAM_MIN_MB": "1", "KILN_DUMP_DIR": str(tmp_path)})
+    # The fixed policy: each expression runs once, and is to be compiled.
+    r = run_python(code, env={"KILN_STREAM_MIN_MB": "1", "KILN_DUMP_DIR": str(tmp_path), **FIXED_POLICY})
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["ok", "7"]
     streamed = [p for p in tmp_path.glob("*.kir") if "streaming-stores" in p.read_text()]

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import kiln
-from conftest import DEVICE, run_python, sync
+from conftest import DEVICE, FIXED_POLICY, run_python, sync
 
 KEYS = {
     "wall_s",
@@ -136,7 +136,7 @@ print(json.dumps(out))
 
 def test_compile_time_is_counted_once_per_new_kernel():
     # A fresh process, nothing compiled yet; the fixed policy fuses the chain at its first flush.
-    r = run_python(COMPILE_CODE, env={"KILN_ASYNC_COMPILE": "0"})
+    r = run_python(COMPILE_CODE, env=FIXED_POLICY)
     assert r.returncode == 0, r.stderr
     first, repeat = json.loads(r.stdout.strip().splitlines()[-1])
     assert first > 1e-3  # LLVM takes milliseconds at least

@@ -3,7 +3,7 @@ kernel per geometry instead of one for every size, the same values."""
 
 import json
 
-from conftest import run_python
+from conftest import FIXED_POLICY, run_python
 
 # One chain over three sizes, and a row sum over three row lengths.
 SIZES = """
@@ -21,7 +21,7 @@ print(json.dumps({"compiled": sum(c["kernels_compiled"].values()), "values": val
 
 
 def run(specialize):
-    env = {"KILN_MODE": "lazy", "KILN_CACHE": "0", "KILN_ASYNC_COMPILE": "0", "KILN_SHAPE_SPECIALIZE": specialize}
+    env = {"KILN_MODE": "lazy", "KILN_CACHE": "0", **FIXED_POLICY, "KILN_SHAPE_SPECIALIZE": specialize}
     r = run_python(SIZES, env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])

@@ -33,7 +33,7 @@ struct Options {
   // trace's first occurrences run as library kernels meanwhile (start_trace);
   // off without the knobs (tests of the engine compile in the flush).
   bool async_compile = false;
-  // KILN_COMPILE_THRESHOLD (default 1, as the knob's): the occurrence of a
+  // KILN_COMPILE_THRESHOLD (1 without the knobs, the knob defaults to 2): the occurrence of a
   // trace at which its fused kernels are compiled; before it, a trace whose
   // fused kernels are not cached runs as library kernels.
   int64_t compile_threshold = 1;
@@ -68,19 +68,35 @@ void configure(const Options& options);
 const Options& options();
 
 // The adaptive policy, asked by the dispatch layer as the first op of a
-// trace is recorded on device `device` (`first_op`: its trace::op_hash).
-// The trace is told apart from others by that op and the trace flushed
-// before it on the device (its start `key`, kept in Trace::start_key). A
-// trace that has not yet run fused, nor has its fused kernels compiled or
-// queued, `ran_as_library`: its ops run as library kernels as they are
-// recorded (docs/tuning.md, "Tiers"). Decided by counts and cache contents,
-// never by timing; `counts_only` (torch.use_deterministic_algorithms): by
-// counts alone, so that a warm cache takes the same tiers as a cold one.
+// trace is recorded on device `device`. The trace is told apart from others
+// by that op (its trace::op_hash) and the trace flushed before it on the
+// device (its start `key`, kept in Trace::start_key). A trace that is not
+// yet due to run fused (its fused kernels compiled, or queued and the
+// program waited for the device since) `ran_as_library`: its ops run as
+// library kernels as they are recorded (docs/tuning.md, "Tiers"). A trace
+// whose first op is large runs fused at once. Decided by counts, sizes,
+// program order and cache contents, never by timing; `counts_only`
+// (torch.use_deterministic_algorithms): without the caches, so that a warm
+// cache takes the same tiers as a cold one.
 struct TraceStart {
   uint64_t key = 0;
   bool ran_as_library = false;
 };
-TraceStart start_trace(int device, uint64_t first_op, bool counts_only);
+TraceStart start_trace(int device, const trace::TraceOp& first_op, bool counts_only);
+
+// The program waited for device `device` (a synchronize, .item(), a copy
+// to the host): a trace whose fused kernels were queued before it runs
+// fused from its next occurrence.
+void program_waited(int device);
+
+// Whether a trace whose first op iterates over `elements` runs fused from
+// its first occurrence (start_trace): large ops cost more as library
+// kernels than their fused kernels take to compile.
+bool fused_at_first_sight(int64_t elements);
+
+// Whether traces not yet fused run as library kernels at all (the adaptive
+// policy is on, and the program's kernels are not in the store already).
+bool library_tier(bool counts_only);
 
 // Plans, compiles (or reuses) and launches `trace` on `dev`; a trace that
 // ran as library kernels is planned and compiled only (the library tier). Returns once the

@@ -108,6 +108,10 @@ class Recorder {
   // Ops pending (and, as every taking of the lock, drains deferred frees).
   size_t pending();
 
+  // Whether ops are pending that wait for a fused launch (a trace not of
+  // the library tier).
+  bool pending_for_fusing();
+
   // The memory of a buffer of `nbytes` that the pending trace alone keeps
   // alive, for an output of an op recorded (or launched) after the ops that
   // read it, or null. `take(keepalive)` belongs to the layer that made the

@@ -31,6 +31,11 @@ void flush_trace(runtime::Device& dev, std::string_view reason) {
 }
 
 void synchronize(runtime::Device& dev, std::string_view reason) {
+  synchronize_for_host_run(dev, reason);
+  if (trace::lazy_mode()) engine::program_waited(dev.index());
+}
+
+void synchronize_for_host_run(runtime::Device& dev, std::string_view reason) {
   flush_trace(dev, reason);
   wait_for_launches(dev, reason);
 }

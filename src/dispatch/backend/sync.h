@@ -16,8 +16,13 @@ void flush_trace(runtime::Device& dev, std::string_view reason);
 
 // Flushes, waits for every launch on the device and delivers its pending
 // error as a c10::Error (the GIL is released while waiting). `reason` is
-// counted as a sync point.
+// counted as a sync point. The program's wait: the adaptive policy counts
+// it (engine::program_waited).
 void synchronize(runtime::Device& dev, std::string_view reason);
+
+// synchronize() for an op kiln runs on the host (its inputs must be
+// computed): kiln's own wait, not one the program asked for.
+void synchronize_for_host_run(runtime::Device& dev, std::string_view reason);
 
 // synchronize() without the flush.
 void wait_for_launches(runtime::Device& dev, std::string_view reason);

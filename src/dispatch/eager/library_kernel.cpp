@@ -20,6 +20,7 @@
 //         decides warn, error or silent): a real accelerator would have no
 //         device kernel for them, while data-dependent ops are device kernels
 //         followed by a sync, as on CUDA.
+#include <ATen/Context.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <torch/library.h>
 
@@ -39,6 +40,7 @@
 #include "dispatch/eager/shape_inference.h"
 #include "dispatch/eager/tensor_alias.h"
 #include "dispatch/lazy/record.h"
+#include "kiln/engine.h"
 #include "kiln/metrics.h"
 #include "kiln/recorder.h"
 
@@ -230,7 +232,8 @@ void run_on_host(Call& call, std::string_view reason) {
   const c10::DeviceIndex index = call.index();
   if (info.is_fallback) warn_or_fail_fallback(info);
   else Metrics::global().add(Counter::LibraryKernels, info.name);
-  synchronize(call.dev, reason == kFirstCall ? std::string(reason) : std::string(reason) + ": " + info.name);
+  synchronize_for_host_run(call.dev,
+                           reason == kFirstCall ? std::string(reason) : std::string(reason) + ": " + info.name);
   std::vector<c10::IValue> device_args(call.stack.begin() + call.first, call.stack.end());
   AliasSet aliases(c10::DispatchKey::CPU, /*resizable_cpu=*/true);
   std::vector<c10::IValue> args = host_arguments(info, call.stack, call.first, aliases, index, false);
@@ -397,11 +400,46 @@ void log_disagreement(const OpInfo& info) {
   log("dispatch", info.name + ": meta kernel disagrees with the CPU kernel; runs on the host");
 }
 
+// The first call of an argument case: on the host, after a sync, as eager
+// does, so that a bad argument raises at the op. The results tell whether
+// the meta kernel gives the CPU kernel's geometry (the case's verdict).
+void run_first_call(Call& call, const InferredShapes& shapes, uint64_t signature) {
+  run_on_host(call, kFirstCall);
+  const std::vector<c10::IValue>& meta = shapes.returns;
+  bool agrees = call.stack.size() - call.first == meta.size();
+  for (size_t j = 0; agrees && j < meta.size(); ++j) agrees = same_geometry(call.stack[call.first + j], meta[j]);
+  call.info.set_verdict(signature, agrees ? OpInfo::Verdict::Agrees : OpInfo::Verdict::Disagrees);
+  if (!agrees) {
+    log_disagreement(call.info);
+    learn_cpu_geometry(call, shapes);
+  }
+}
+
+// Whether the first call of an argument case, in lazy mode, runs as eager
+// mode's does (run_first_call): under the library tier, when what is
+// pending runs as library kernels (or nothing is) and the op is not large
+// (a large op starts a trace that runs fused: engine::fused_at_first_sight).
+// The op is then not recorded: the trace ends before it, as at any op
+// launched on its own, and its later calls are recorded. Not under
+// torch.use_deterministic_algorithms: the traces would then depend on the
+// verdicts the store holds.
+bool first_call_runs_on_host(const Call& call) {
+  const bool counts_only = at::globalContext().deterministicAlgorithms();
+  if (counts_only || !engine::library_tier(counts_only)) return false;
+  int64_t elements = 0;  // the op's largest tensor: a large op starts a trace that runs fused
+  for (size_t i = call.first; i < call.stack.size(); ++i) {
+    for_each_tensor(call.stack[i], [&](const at::Tensor& t) { elements = std::max(elements, t.numel()); });
+  }
+  return !engine::fused_at_first_sight(elements) && !trace::recorder(call.index()).pending_for_fusing();
+}
+
 // An op with a lowering, in lazy mode. The first call of each argument case
-// checks the arguments as eager does, at the op (argument_check.h): its inputs
-// may not be computed yet, so on zero-filled twins, without a sync. Recorded
-// if the meta kernel gives the CPU kernel's geometry and the lowering takes
-// the call; launched otherwise.
+// checks the arguments as eager does, at the op (argument_check.h). Under
+// the library tier it runs as eager's first call does (first_call_runs_on_host):
+// the library kernel would compute it again. Otherwise its inputs may not be
+// computed yet, so it is checked on zero-filled twins, without a sync.
+// Recorded if the meta kernel gives the CPU kernel's geometry and the
+// lowering takes the call; launched otherwise.
 void run_traced(Call& call) {
   std::shared_ptr<const InferredShapes> shapes = infer_or_run_on_host(call);
   if (!shapes) return;
@@ -412,6 +450,10 @@ void run_traced(Call& call) {
     const bool exact = shapes->argument_shapes != 0;
     const uint64_t signature = call_case(call, *shapes, exact);
     if (exact) verdict = info.verdict(signature);
+    if (verdict == OpInfo::Verdict::Unknown && exact && first_call_runs_on_host(call)) {
+      run_first_call(call, *shapes, signature);
+      return;
+    }
     if (verdict == OpInfo::Verdict::Unknown) {
       verdict = check_on_zeroed_twins(call.op, info, call.stack, call.first, call.index(), *shapes);
       if (exact) info.set_verdict(signature, verdict);
@@ -469,18 +511,7 @@ void run_async(Call& call) {
       run_on_host(call, "meta kernel disagrees with CPU");
       learn_cpu_geometry(call, *shapes);
       return;
-    case OpInfo::Verdict::Unknown: {
-      run_on_host(call, kFirstCall);
-      const std::vector<c10::IValue>& meta = shapes->returns;
-      bool agrees = call.stack.size() - call.first == meta.size();
-      for (size_t j = 0; agrees && j < meta.size(); ++j) agrees = same_geometry(call.stack[call.first + j], meta[j]);
-      info.set_verdict(signature, agrees ? OpInfo::Verdict::Agrees : OpInfo::Verdict::Disagrees);
-      if (!agrees) {
-        log_disagreement(info);
-        learn_cpu_geometry(call, *shapes);
-      }
-      return;
-    }
+    case OpInfo::Verdict::Unknown: run_first_call(call, *shapes, signature); return;
     case OpInfo::Verdict::Agrees:
       flush_before_outputs(call);
       launch_library_kernel(call, make_outputs(call, *shapes));

@@ -29,7 +29,7 @@ Recorded try_record(const OpInfo& info, const torch::jit::Stack& stack, size_t f
     if (t.size() == 1) {
       // torch.use_deterministic_algorithms(True): the same tiers whatever the caches hold.
       const bool counts_only = at::globalContext().deterministicAlgorithms();
-      const engine::TraceStart start = engine::start_trace(index, trace::op_hash(t.last()), counts_only);
+      const engine::TraceStart start = engine::start_trace(index, t.last(), counts_only);
       t.start(start.key, start.ran_as_library, counts_only);
     }
     as_library = t.ran_as_library();
