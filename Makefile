@@ -4,7 +4,7 @@ BUILD  ?= build
 JOBS   ?= 2
 PYTEST_ARGS ?=
 
-.PHONY: setup build install demo test test-cpp test-python lint bench bench-knobs soak docs clean
+.PHONY: setup build install demo test test-cpp test-python test-adaptive lint bench bench-knobs soak docs clean
 QUICK ?=
 
 setup:
@@ -35,7 +35,14 @@ test-cpp: build
 test-python: install
 	$(PYTHON) -m pytest -q tests/python $(PYTEST_ARGS)
 
-test: test-cpp test-python
+# The in-process suite runs under the fixed policy (tests/python/conftest.py);
+# conformance and the differential test run again under the defaults.
+ADAPTIVE_DEFAULTS = KILN_ASYNC_COMPILE=1 KILN_COMPILE_THRESHOLD=2
+test-adaptive: install
+	$(ADAPTIVE_DEFAULTS) $(PYTHON) -m pytest -q tests/python/test_opinfo_conformance.py \
+	  tests/python/test_module_conformance.py tests/python/test_lazy_differential.py $(PYTEST_ARGS)
+
+test: test-cpp test-python test-adaptive
 
 # Python lint and formatting (ruff.toml; ruff pinned in tools/setup.sh). To fix:
 # `python3 -m ruff format . && python3 -m ruff check --fix .` (never --unsafe-fixes).

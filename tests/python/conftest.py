@@ -17,11 +17,13 @@ atexit.register(shutil.rmtree, CACHE_DIR, True)
 # every trace fused and compiled at its first flush. The adaptive policy's
 # library tier (the defaults) is tested in fresh interpreters (run_python
 # drops KILN_ variables: test_compile_tiers.py, test_real_models.py, ...);
-# `KILN_ASYNC_COMPILE=1 KILN_COMPILE_THRESHOLD=2 make test` runs this
-# process under the defaults too.
+# `make test-adaptive` (part of `make test`) runs conformance and the
+# differential test under the defaults too.
 FIXED_POLICY = {"KILN_ASYNC_COMPILE": "0", "KILN_COMPILE_THRESHOLD": "1"}
 for _knob, _value in FIXED_POLICY.items():
     os.environ.setdefault(_knob, _value)
+# Whether this process runs under the fixed policy (not the defaults).
+UNDER_FIXED_POLICY = all(os.environ[k] == v for k, v in FIXED_POLICY.items())
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
