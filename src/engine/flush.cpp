@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "engine/background_compiles.h"
 #include "engine/compiled_executable.h"
@@ -452,6 +453,19 @@ class TraceHistory {
     std::lock_guard<std::mutex> lock(mu_);
     ++waits_[static_cast<size_t>(device)];
   }
+  // A trace that ran fused (its key is saved for the next run: warm_start.h).
+  void ran_fused(uint64_t start) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (fused_.size() < kMaxTraces) fused_.insert(start);
+  }
+  // The keys that ran fused or had their kernels queued.
+  std::vector<uint64_t> fused_keys() {
+    std::lock_guard<std::mutex> lock(mu_);
+    std::unordered_set<uint64_t> keys = fused_;
+    for (const auto& [key, entry] : state_)
+      if (entry.state != State::Unseen) keys.insert(key);
+    return {keys.begin(), keys.end()};
+  }
   // A library-tier trace's flush: how far its key now is from running fused.
   // (A trace recorded for fusing needs no entry: its key runs fused already,
   // or the library tier is off.)
@@ -475,6 +489,7 @@ class TraceHistory {
   std::array<uint64_t, runtime::kMaxDevices> last_{};
   std::array<uint64_t, runtime::kMaxDevices> waits_{};  // the program's waits for each device
   std::unordered_map<uint64_t, Entry> state_;
+  std::unordered_set<uint64_t> fused_;
 };
 
 TraceHistory& history() {
@@ -533,20 +548,21 @@ bool fused_at_first_sight(int64_t elements) { return elements >= kLargeOpElement
 // KILN_ASYNC_COMPILE (they run while their fused kernels compile) or a
 // KILN_COMPILE_THRESHOLD above 1 (they run until the trace was seen that
 // often). Off, every trace is fused and compiled at its first flush.
-// A program whose last run left its kernels in the store (warm start) runs
-// fused from the first occurrence: the library tier would only slow down
-// its first step.
-bool library_tier(bool counts_only) {
-  return (g_options.async_compile || g_options.compile_threshold > 1) && (counts_only || !program_ran_before());
-}
+bool library_tier() { return g_options.async_compile || g_options.compile_threshold > 1; }
 
+// A trace the program's last run fused (warm start: its kernels are in the
+// store) runs fused from its first occurrence: the library tier would only
+// slow down its first step.
 TraceStart start_trace(int device, const trace::TraceOp& first_op, bool counts_only) {
   TraceStart s = history().start(device, trace::op_hash(first_op));
   int64_t elements = 1;
   for (int64_t size : first_op.sizes) elements *= size;
-  s.ran_as_library = s.ran_as_library && library_tier(counts_only) && !fused_at_first_sight(elements);
+  const bool fused_last_run = !counts_only && fused_in_last_run(s.key);
+  s.ran_as_library = s.ran_as_library && !fused_last_run && library_tier() && !fused_at_first_sight(elements);
   return s;
 }
+
+std::vector<uint64_t> fused_start_keys() { return history().fused_keys(); }
 
 void program_waited(int device) { history().waited(device); }
 
@@ -565,6 +581,7 @@ void flush(runtime::Device& dev, const trace::Trace& trace, std::string_view rea
   }
   metrics.add(Counter::Tiers, "fused");
   history().flushed(dev.index(), plan_key);
+  history().ran_fused(trace.start_key);
   if (std::shared_ptr<const PreparedPlan> reused = plan_cache().find(plan_key)) {
     metrics.add(Counter::PlanCache, "hit");
     launch_reused(dev, trace, *reused);

@@ -37,7 +37,9 @@ struct WarmStart {
   pid_t owner = 0;  // a forked child saves nothing
   std::thread thread;
   std::atomic<bool> stop{false};
-  std::atomic<bool> known_program{false};  // its kernels file listed kernels at open
+  // The start keys its last run fused: read at open, before the program's
+  // first trace, and not changed after.
+  std::unordered_set<uint64_t> fused_last_run;
   std::atomic<int64_t> preloaded{0};
   int64_t preloaded_published = 0;
   std::vector<runtime::MemoryPool::PrefillStats> prefill_published;  // per device
@@ -112,7 +114,10 @@ void open_warm_start(const std::string& dir, const std::string& program, bool re
   for (const cache::Record& r : read_file(w.dir, cache::kRecordKernels, kernels_identity(program))) {
     kernels.push_back(cache::Key{r.value, r.key});
   }
-  w.known_program.store(!kernels.empty());
+  w.fused_last_run.clear();
+  for (const cache::Record& r : read_file(w.dir, cache::kRecordFusedTraces, kernels_identity(program))) {
+    w.fused_last_run.insert(r.key);
+  }
   runtime::Runtime& rt = runtime::Runtime::get();
   std::vector<Blocks> memory(rt.device_count());
   bool any = !kernels.empty();
@@ -129,7 +134,7 @@ void open_warm_start(const std::string& dir, const std::string& program, bool re
   w.thread = std::thread(make_ready, std::move(kernels), std::move(memory), &w);
 }
 
-bool program_ran_before() { return warm_start().known_program.load(); }
+bool fused_in_last_run(uint64_t start_key) { return warm_start().fused_last_run.count(start_key) != 0; }
 
 void stop_warm_start() {
   WarmStart& w = warm_start();
@@ -154,6 +159,11 @@ void save_warm_start() {
     for (const cache::Key& k : w.used) records.push_back({k.high, k.low});
     // A run that used no kernel (eager mode) keeps what an earlier run saved.
     if (!records.empty()) save_file(w.dir, cache::kRecordKernels, kernels_identity(w.program), records);
+  }
+  {
+    std::vector<cache::Record> records;
+    for (uint64_t key : fused_start_keys()) records.push_back({key, 0});
+    if (!records.empty()) save_file(w.dir, cache::kRecordFusedTraces, kernels_identity(w.program), records);
   }
   runtime::Runtime& rt = runtime::Runtime::get();
   for (int d = 0; d < rt.device_count(); ++d) {

@@ -6,6 +6,9 @@
 //   of first use). The next run loads them from the store into memory ahead
 //   of its first flush, which otherwise waits for each load (about 0.35 ms
 //   a kernel on a cold process; gpt_train's first step loads 18);
+// - its fused traces (traces-<hash>.bin: the start keys of the traces it
+//   ran fused or queued for fusing). The next run fuses them from their
+//   first occurrence: their kernels are in the store;
 // - its device memory (memory-<hash>.bin: per block size, the most blocks
 //   it held at once). A first step allocates all of it fresh and the kernel
 //   maps and zeroes every page at its first touch, inside the step
@@ -18,7 +21,9 @@
 // reserved is allocated at its request.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "kiln/cache.h"
 
@@ -28,10 +33,13 @@ namespace kiln::engine {
 // program) from the files in `dir`; nothing when `dir` or `program` is empty
 // or no file exists. `read_only`: the files are used, not saved.
 void open_warm_start(const std::string& dir, const std::string& program, bool read_only);
-// Whether the store's directory lists the kernels of this program's last
-// run: then its traces are fused from their first occurrence (the
-// adaptive policy's library tier is for kernels not compiled yet).
-bool program_ran_before();
+// Whether this program's last run ran the trace of start key `start_key`
+// fused (or queued it for fusing): its kernels are in the store, and it
+// runs fused from its first occurrence (the adaptive policy's library tier
+// is for kernels not compiled yet).
+bool fused_in_last_run(uint64_t start_key);
+// Saved by save_warm_start: the start keys this run fused (flush.cpp).
+std::vector<uint64_t> fused_start_keys();
 // Stops and joins the background work (before a fork, at exit).
 void stop_warm_start();
 // Stops it and saves what this run needed (close_store calls it).

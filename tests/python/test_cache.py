@@ -478,16 +478,18 @@ def test_a_full_disk_degrades_to_memory_with_one_warning(tmp_path):
 ADAPTIVE = {"KILN_ASYNC_COMPILE": "1", "KILN_COMPILE_THRESHOLD": "2"}
 
 
-def test_under_the_defaults_a_program_seen_before_runs_fused_from_its_first_step(tmp_path):
+def test_under_the_defaults_the_traces_a_program_fused_before_run_fused_from_their_first_occurrence(tmp_path):
     # Five steps: the cold run's traces are seen often enough to run fused.
     cold, _ = train(tmp_path / "c", "--steps", "5", env=ADAPTIVE)
     assert cold["tiers"].get("library", 0) > 0 and cold["tiers"].get("fused", 0) > 0, cold
     warm, _ = train(tmp_path / "c", "--steps", "5", env=ADAPTIVE)
-    assert set(warm["tiers"]) == {"fused"}, warm
-    # Its first step's traces differ from the cold run's, whose first calls
-    # ran on the host, unrecorded; a trace seen once was not compiled
-    # (KILN_COMPILE_THRESHOLD=2). Those it compiles; everything else it loads.
-    assert warm["compiled"] < cold["compiled"] / 2, (cold, warm)
+    # The traces the cold run fused run fused at once, from kernels it
+    # stored; the few it never fused (its first step's, which differ: its
+    # first calls ran on the host, unrecorded) run as library kernels, and
+    # compile nothing in a run of five steps, as in the cold run.
+    assert warm["compiled"] == 0, warm
+    assert warm["tiers"]["fused"] > cold["tiers"]["fused"], (cold, warm)
+    assert warm["tiers"].get("library", 0) < cold["tiers"]["library"], (cold, warm)
     # A fused kernel's GELU (kiln's own erf) may differ from eager's in the last bits.
     assert warm["loss"] == pytest.approx(cold["loss"], rel=1e-5, abs=1e-6)
     assert warm["checksum"] == pytest.approx(cold["checksum"], rel=1e-5)

@@ -8,7 +8,11 @@
 // - device memory (kRecordDeviceMemory): the blocks a program's device pool
 //   held at its last exit (key: the block's bytes, value: how many), for one
 //   program and device (engine/warm_start.h), reserved again at the next
-//   start before the program asks.
+//   start before the program asks;
+// - fused traces (kRecordFusedTraces): the start keys of the traces a
+//   program ran fused or queued for fusing (key: the start key, value: 0),
+//   for one program and compiler (engine/warm_start.h): the next run fuses
+//   them from their first occurrence.
 //
 // No torch, no LLVM.
 #pragma once
@@ -35,6 +39,7 @@ struct RecordKind {
 inline constexpr RecordKind kRecordVerdicts{"verdicts", {'K', 'I', 'L', 'N', 'V', 'R', 'D', '\0'}, 1};
 inline constexpr RecordKind kRecordKernels{"kernels", {'K', 'I', 'L', 'N', 'K', 'R', 'N', '\0'}, 1};
 inline constexpr RecordKind kRecordDeviceMemory{"memory", {'K', 'I', 'L', 'N', 'M', 'E', 'M', '\0'}, 1};
+inline constexpr RecordKind kRecordFusedTraces{"traces", {'K', 'I', 'L', 'N', 'T', 'R', 'C', '\0'}, 1};
 
 // The file of `kind` for `identity` in `dir`: <prefix>-<XXH3-64 of identity>.bin.
 std::string record_file_path(const std::string& dir, const RecordKind& kind, std::string_view identity);

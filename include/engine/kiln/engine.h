@@ -94,9 +94,9 @@ void program_waited(int device);
 // kernels than their fused kernels take to compile.
 bool fused_at_first_sight(int64_t elements);
 
-// Whether traces not yet fused run as library kernels at all (the adaptive
-// policy is on, and the program's kernels are not in the store already).
-bool library_tier(bool counts_only);
+// Whether traces not yet due to run fused run as library kernels at all
+// (the adaptive policy is on).
+bool library_tier();
 
 // Plans, compiles (or reuses) and launches `trace` on `dev`; a trace that
 // ran as library kernels is planned and compiled only (the library tier). Returns once the

@@ -425,7 +425,7 @@ void run_first_call(Call& call, const InferredShapes& shapes, uint64_t signature
 // verdicts the store holds.
 bool first_call_runs_on_host(const Call& call) {
   const bool counts_only = at::globalContext().deterministicAlgorithms();
-  if (counts_only || !engine::library_tier(counts_only)) return false;
+  if (counts_only || !engine::library_tier()) return false;
   int64_t elements = 0;  // the op's largest tensor: a large op starts a trace that runs fused
   for (size_t i = call.first; i < call.stack.size(); ++i) {
     for_each_tensor(call.stack[i], [&](const at::Tensor& t) { elements = std::max(elements, t.numel()); });
