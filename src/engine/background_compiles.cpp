@@ -100,19 +100,26 @@ void finish_background_compiles() {
   finished.join();
 }
 
-// A compile the device now waits for goes before those queued for later
-// occurrences (the library tier queues a trace's kernels one or two
-// occurrences ahead): the device waits for its own kernel only.
+// A compile the device now waits for runs at once, on the waiting thread:
+// not behind those queued for later occurrences (the library tier queues a
+// trace's kernels one or two occurrences ahead), and not at the compile
+// thread's idle priority, which would wait for every other runnable thread
+// of the machine (a data loader's workers, another process) while the
+// device waits. (A thread cannot take back the priority it gave up without
+// privileges.) One already running on the compile thread is waited for.
 void hurry(const DeferredExecutable* waiter) {
   Compiles& c = compiles();
-  std::lock_guard<std::mutex> lock(c.mu);
-  for (auto it = c.queue.begin(); it != c.queue.end(); ++it) {
-    if (it->waiter != waiter) continue;
-    Compiles::Queued q = std::move(*it);
-    c.queue.erase(it);
-    c.queue.push_front(std::move(q));
-    return;
+  std::function<void()> compile;
+  {
+    std::lock_guard<std::mutex> lock(c.mu);
+    for (auto it = c.queue.begin(); it != c.queue.end(); ++it) {
+      if (it->waiter != waiter) continue;
+      compile = std::move(it->compile);
+      c.queue.erase(it);
+      break;
+    }
   }
+  if (compile) compile();  // never throws: its error goes to its DeferredExecutable
 }
 
 void DeferredExecutable::run(const runtime::LaunchArgs& args) {
@@ -121,7 +128,7 @@ void DeferredExecutable::run(const runtime::LaunchArgs& args) {
     std::unique_lock<std::mutex> lock(mu_);
     if (!built_ && !error_) {
       lock.unlock();
-      hurry(this);  // not under mu_: the compile thread takes c.mu, then resolves under mu_
+      hurry(this);  // not under mu_: the compile, here or on the compile thread, resolves under mu_
       lock.lock();
     }
     if (!built_ && !error_) {

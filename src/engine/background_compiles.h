@@ -25,8 +25,8 @@ class DeferredExecutable;
 
 // Runs `compile` on the background thread (started on first use), after the
 // compiles queued before it; `resolves`: the DeferredExecutable it resolves,
-// whose launch moves it to the front of the queue once the device waits for
-// it (DeferredExecutable::run).
+// whose launch takes it from the queue and runs it on the waiting thread
+// once the device waits for it (DeferredExecutable::run).
 void compile_in_background(std::function<void()> compile, const DeferredExecutable* resolves = nullptr);
 
 // Waits until every queued compile ran, then joins the thread (a later
