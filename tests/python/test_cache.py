@@ -495,6 +495,21 @@ def test_under_the_defaults_the_traces_a_program_fused_before_run_fused_from_the
     assert warm["checksum"] == pytest.approx(cold["checksum"], rel=1e-5)
 
 
+def test_a_damaged_fused_traces_file_is_ignored_and_replaced(tmp_path):
+    cold, _ = train(tmp_path / "c", "--steps", "5", env=ADAPTIVE)
+    (profile,) = (tmp_path / "c").glob("traces-*.bin")
+    assert stat.S_IMODE(profile.stat().st_mode) == 0o600
+    data = bytearray(profile.read_bytes())
+    data[-3] ^= 0x10
+    profile.write_bytes(bytes(data))
+    out, log = train(tmp_path / "c", "--steps", "5", env={**ADAPTIVE, "KILN_LOG": "cache"})
+    assert "traces profile" in log and "ignored: a checksum mismatch" in log, log[-2000:]
+    assert out["loss"] == pytest.approx(cold["loss"], rel=1e-5, abs=1e-6)
+    assert profile.read_bytes() != bytes(data)  # rewritten whole at the exit
+    again, log = train(tmp_path / "c", "--steps", "5", env={**ADAPTIVE, "KILN_LOG": "cache"})
+    assert "traces profile" not in log and again["compiled"] == 0, (log[-2000:], again)
+
+
 def test_with_deterministic_algorithms_a_warm_run_takes_the_cold_runs_tiers_and_bits(tmp_path):
     cold, _ = train(tmp_path / "c", "--deterministic", env=ADAPTIVE)
     warm, _ = train(tmp_path / "c", "--deterministic", env=ADAPTIVE)
