@@ -37,9 +37,8 @@ struct WarmStart {
   pid_t owner = 0;  // a forked child saves nothing
   std::thread thread;
   std::atomic<bool> stop{false};
-  // The start keys its last run fused: read at open, before the program's
-  // first trace, and not changed after.
-  std::unordered_set<uint64_t> fused_last_run;
+  std::mutex fused_mu;                          // a store opened again (another directory) reads it again
+  std::unordered_set<uint64_t> fused_last_run;  // the start keys its last run fused
   std::atomic<int64_t> preloaded{0};
   int64_t preloaded_published = 0;
   std::vector<runtime::MemoryPool::PrefillStats> prefill_published;  // per device
@@ -109,14 +108,19 @@ void open_warm_start(const std::string& dir, const std::string& program, bool re
   w.read_only = read_only;
   w.owner = ::getpid();
   w.stop.store(false);
+  {
+    std::lock_guard<std::mutex> fused_lock(w.fused_mu);
+    w.fused_last_run.clear();
+    if (!w.dir.empty()) {
+      for (const cache::Record& r : read_file(w.dir, cache::kRecordFusedTraces, kernels_identity(program))) {
+        w.fused_last_run.insert(r.key);
+      }
+    }
+  }
   if (w.dir.empty()) return;
   std::vector<cache::Key> kernels;
   for (const cache::Record& r : read_file(w.dir, cache::kRecordKernels, kernels_identity(program))) {
     kernels.push_back(cache::Key{r.value, r.key});
-  }
-  w.fused_last_run.clear();
-  for (const cache::Record& r : read_file(w.dir, cache::kRecordFusedTraces, kernels_identity(program))) {
-    w.fused_last_run.insert(r.key);
   }
   runtime::Runtime& rt = runtime::Runtime::get();
   std::vector<Blocks> memory(rt.device_count());
@@ -134,7 +138,11 @@ void open_warm_start(const std::string& dir, const std::string& program, bool re
   w.thread = std::thread(make_ready, std::move(kernels), std::move(memory), &w);
 }
 
-bool fused_in_last_run(uint64_t start_key) { return warm_start().fused_last_run.count(start_key) != 0; }
+bool fused_in_last_run(uint64_t start_key) {
+  WarmStart& w = warm_start();
+  std::lock_guard<std::mutex> lock(w.fused_mu);
+  return w.fused_last_run.count(start_key) != 0;
+}
 
 void stop_warm_start() {
   WarmStart& w = warm_start();
