@@ -10,7 +10,6 @@
 #include <stdexcept>
 #include <thread>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "engine/background_compiles.h"
 #include "engine/compiled_executable.h"
@@ -444,34 +443,24 @@ class TraceHistory {
     s.ran_as_library = !fused;
     return s;
   }
-  // Every flush: the trace that follows it on `device` is told apart by it.
-  void flushed(int device, const cache::Key& plan_key) {
-    std::lock_guard<std::mutex> lock(mu_);
-    last_[static_cast<size_t>(device)] = plan_key.low ^ plan_key.high;
-  }
   void waited(int device) {
     std::lock_guard<std::mutex> lock(mu_);
     ++waits_[static_cast<size_t>(device)];
   }
-  // A trace that ran fused (its key is saved for the next run: warm_start.h).
-  void ran_fused(uint64_t start) {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (fused_.size() < kMaxTraces) fused_.insert(start);
-  }
-  // The keys that ran fused or had their kernels queued.
+  // The keys that ran fused or had their kernels queued (saved for the next run: warm_start.h).
   std::vector<uint64_t> fused_keys() {
     std::lock_guard<std::mutex> lock(mu_);
-    std::unordered_set<uint64_t> keys = fused_;
-    for (const auto& [key, entry] : state_)
-      if (entry.state != State::Unseen) keys.insert(key);
-    return {keys.begin(), keys.end()};
+    std::vector<uint64_t> keys;
+    for (const auto& [key, entry] : state_) keys.push_back(key);  // no entry stays Unseen
+    return keys;
   }
-  // A library-tier trace's flush: how far its key now is from running fused.
-  // (A trace recorded for fusing needs no entry: its key runs fused already,
-  // or the library tier is off.)
-  void prepared(int device, uint64_t start, Prepared prepared) {
-    if (prepared == Prepared::Nothing) return;
+  // Every flush: the trace that follows it on `device` is told apart by it,
+  // and its own key is now `prepared` that far from running fused (a fused
+  // trace: Ready).
+  void flushed(int device, const cache::Key& plan_key, uint64_t start, Prepared prepared) {
     std::lock_guard<std::mutex> lock(mu_);
+    last_[static_cast<size_t>(device)] = plan_key.low ^ plan_key.high;
+    if (prepared == Prepared::Nothing) return;
     if (state_.size() >= kMaxTraces) state_.clear();
     Entry& e = state_[start];  // a new entry starts Unseen
     e.state = prepared == Prepared::Ready || e.state == State::Queued ? State::Fused : State::Queued;
@@ -489,7 +478,6 @@ class TraceHistory {
   std::array<uint64_t, runtime::kMaxDevices> last_{};
   std::array<uint64_t, runtime::kMaxDevices> waits_{};  // the program's waits for each device
   std::unordered_map<uint64_t, Entry> state_;
-  std::unordered_set<uint64_t> fused_;
 };
 
 TraceHistory& history() {
@@ -575,13 +563,11 @@ void flush(runtime::Device& dev, const trace::Trace& trace, std::string_view rea
   const cache::Key plan_key = cache::make_key(fusion::plan_signature(trace, g_options.fusion), fingerprint());
   if (trace.ran_as_library) {
     metrics.add(Counter::Tiers, "library");
-    history().flushed(dev.index(), plan_key);
-    history().prepared(dev.index(), trace.start_key, prepare_library_trace(trace, plan_key));
+    history().flushed(dev.index(), plan_key, trace.start_key, prepare_library_trace(trace, plan_key));
     return;
   }
   metrics.add(Counter::Tiers, "fused");
-  history().flushed(dev.index(), plan_key);
-  history().ran_fused(trace.start_key);
+  history().flushed(dev.index(), plan_key, trace.start_key, Prepared::Ready);
   if (std::shared_ptr<const PreparedPlan> reused = plan_cache().find(plan_key)) {
     metrics.add(Counter::PlanCache, "hit");
     launch_reused(dev, trace, *reused);
