@@ -127,12 +127,12 @@ void DeferredExecutable::run(const runtime::LaunchArgs& args) {
   {
     std::unique_lock<std::mutex> lock(mu_);
     if (!built_ && !error_) {
+      // The device waits from here, whether it compiles the kernel itself
+      // (hurry) or waits for the compile thread's.
+      const auto start = std::chrono::steady_clock::now();
       lock.unlock();
       hurry(this);  // not under mu_: the compile, here or on the compile thread, resolves under mu_
       lock.lock();
-    }
-    if (!built_ && !error_) {
-      const auto start = std::chrono::steady_clock::now();
       done_.wait(lock, [&] { return built_ || error_; });
       const auto us =
           std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start).count();

@@ -223,6 +223,9 @@ class LaunchQueue {
   uint64_t submitted() const { return submitted_.load(std::memory_order_acquire); }
   uint64_t completed() const { return completed_.load(std::memory_order_acquire); }
   bool idle() const { return completed() == submitted(); }
+  // Whether the calling thread is this queue's worker (whose waits on its
+  // own queue would never end).
+  bool on_worker() const { return std::this_thread::get_id() == worker_.get_id(); }
   bool has_pending_error() const { return has_error_.load(std::memory_order_acquire); }
 
   // The time the worker spent in the tasks it finished since the last reset.
@@ -315,6 +318,8 @@ class Device {
   void synchronize() { queue_.synchronize(); }
   // Whether every launch submitted so far has run.
   bool idle() const { return queue_.idle(); }
+  // Whether the calling thread is the device's worker.
+  bool on_worker() const { return queue_.on_worker(); }
   uint64_t submitted() const { return queue_.submitted(); }
   // Enqueue a marker for `event` (re-recording replaces the previous marker).
   void record(Event& event);

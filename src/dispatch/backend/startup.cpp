@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "dispatch/backend/devices.h"
+#include "dispatch/backend/host_threads.h"
 #include "dispatch/backend/sync.h"
 #include "kiln/engine.h"
 #include "kiln/log.h"
@@ -29,9 +30,12 @@ std::mutex g_init_mu;
 
 void mark_bad_fork() { g_bad_fork.store(true); }
 
-// The runtime's waits let go of the GIL: a launch may need it (a
-// Python-registered kernel, or dropping a tensor a Python object owns).
-void wait_without_the_gil(const std::function<void()>& wait) {
+// The runtime's host waits let go of the GIL: a launch may need it (a
+// Python-registered kernel, or dropping a tensor a Python object owns). And
+// of the waiting thread's OpenMP team, so that the device's worker runs
+// ATen's kernels on every core (host_threads.h).
+void host_wait(const std::function<void()>& wait) {
+  release_host_openmp_team();
   if (!Py_IsInitialized() || !PyGILState_Check()) {
     wait();
     return;
@@ -78,7 +82,7 @@ void initialize() {
   opts.device_count = g_settings.device_count;
   opts.capacity_bytes = static_cast<size_t>(g_settings.device_memory_mb) << 20;
   opts.launch_blocking = g_settings.launch_blocking;
-  opts.host_wait = &wait_without_the_gil;
+  opts.host_wait = &host_wait;
   runtime::Runtime::init(opts);
   engine::Options options = engine::options_for(g_settings);
   options.verdict_identity = verdict_identity();

@@ -1,8 +1,12 @@
 // Sync points, flushes and untraced launches (see sync.h).
 #include "dispatch/backend/sync.h"
 
+#include <ATen/ThreadLocalState.h>
+#include <c10/util/Exception.h>
+
 #include <exception>
 #include <string>
+#include <vector>
 
 #include "dispatch/backend/devices.h"
 #include "dispatch/backend/startup.h"
@@ -43,6 +47,30 @@ void synchronize_for_host_run(runtime::Device& dev, std::string_view reason) {
 void wait_for_launches(runtime::Device& dev, std::string_view reason) {
   Metrics::global().add(Counter::SyncPoints, reason);
   delivering_launch_errors(reason, [&] { dev.synchronize(); });
+}
+
+void run_on_worker(runtime::Device& dev, std::string_view name, const std::function<void()>& host_work) {
+  if (dev.on_worker()) {
+    host_work();
+    return;
+  }
+  HeldWarnings warnings;
+  std::exception_ptr failed;
+  const at::ThreadLocalState caller_state;
+  launch_recorded(dev, name, [&] {
+    const at::ThreadLocalStateGuard state(caller_state);
+    const c10::WarningUtils::WarningHandlerGuard held(&warnings);
+    try {
+      host_work();
+    } catch (...) {
+      failed = std::current_exception();
+    }
+  });
+  runtime::Event done;
+  dev.record(done);
+  done.synchronize();  // through the runtime's host wait: lets go of the GIL
+  warnings.release();
+  if (failed) std::rethrow_exception(failed);
 }
 
 void enqueue(runtime::Device& dev, std::string_view name, runtime::LaunchQueue::Work work) {

@@ -3,6 +3,7 @@
 // recorded is flushed before anything else enters the queue.
 #pragma once
 
+#include <functional>
 #include <string_view>
 
 #include "kiln/runtime.h"
@@ -31,6 +32,15 @@ void wait_for_launches(runtime::Device& dev, std::string_view reason);
 // With KILN_LAUNCH_BLOCKING=1 the device waits for it and its error raises
 // here.
 void enqueue(runtime::Device& dev, std::string_view name, runtime::LaunchQueue::Work work);
+
+// Runs `host_work` (a CPU kernel over host aliases of device memory) on the
+// device's worker after everything queued before it, and waits for it: the
+// device's ATen work stays on one thread and its one OpenMP team
+// (host_threads.h). It runs under the calling thread's thread-local state
+// (grad mode, dispatch keys, Python modes); its warnings are raised and its
+// exception rethrown here, as they were. On the worker itself it runs in
+// place.
+void run_on_worker(runtime::Device& dev, std::string_view name, const std::function<void()>& host_work);
 
 // enqueue() without the flush: for an op recorded into a trace of the
 // library tier, whose earlier ops were launched as they were recorded

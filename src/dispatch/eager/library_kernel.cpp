@@ -178,20 +178,6 @@ at::Tensor empty_like_meta(const at::Tensor& meta, c10::DeviceIndex index) {
   return empty_device(meta.sizes(), meta.strides(), meta.scalar_type(), index);
 }
 
-// Keeps the warnings raised while it is installed, for release() to hand to
-// the handler that was current before.
-class HeldWarnings final : public c10::WarningHandler {
- public:
-  void process(const c10::Warning& warning) override { held_.push_back(warning); }
-  void release() {
-    for (const c10::Warning& w : held_) c10::warn(w);
-    held_.clear();
-  }
-
- private:
-  std::vector<c10::Warning> held_;
-};
-
 // ------------------------------------------------------------ paths
 
 // One dispatched call: the op, its arguments on the stack from `first`, and
@@ -239,10 +225,10 @@ void run_on_host(Call& call, std::string_view reason) {
   std::vector<c10::IValue> args = host_arguments(info, call.stack, call.first, aliases, index, false);
   std::vector<c10::IValue> host_args = args;
   call.set_results(std::move(args));
-  {
+  run_on_worker(call.dev, info.name, [&] {
     c10::DeviceGuard guard(c10::Device(c10::kPrivateUse1, index));
     call.op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &call.stack);
-  }
+  });
   // Arguments the CPU kernel wrote take the geometry it gave them (out=
   // resizing); ones it had to reallocate got host memory: bring that back.
   for (size_t i = 0; i < device_args.size(); ++i) {
