@@ -11,7 +11,7 @@ import json
 import pytest
 import torch
 
-from conftest import run_python
+from conftest import FIXED_POLICY, run_python
 
 TEAMS = """
 import json, os, time, torch, kiln
@@ -34,7 +34,7 @@ def settled(want=None):
 a = torch.randn(512, 512)
 ad = a.to(d)
 for _ in range(3):
-    (ad @ ad).sum().item()  # the worker runs mm: its team exists from here
+    (ad @ ad + 1).sum().item()  # the worker runs mm: its team exists from here, and kiln's own threads
 base = settled()
 a @ a  # a CPU op on the program's thread: it builds its own team
 with_cpu_team = settled()
@@ -44,19 +44,24 @@ b = torch.randn(300, 700).to(d)
 torch.accelerator.synchronize()
 c = b @ b.T  # a first call with new shapes: eager's work, on the worker; no wait after it
 after_first_call = settled(base)
+e = torch.randn(640, 480).to(d)
+torch.accelerator.synchronize()
+f = e * 3 + 1  # recorded: its first sight is checked on zero-filled twins, on this thread
+after_check = settled(base)
 print(json.dumps({"base": base, "with_cpu_team": with_cpu_team, "after_wait": after_wait,
-                  "after_first_call": after_first_call}))
+                  "after_first_call": after_first_call, "after_check": after_check}))
 """
 
 
 @pytest.mark.skipif(torch.get_num_threads() < 2, reason="one thread: ATen builds no OpenMP team")
 def test_the_program_lets_go_of_its_openmp_team_and_a_first_call_builds_none():
-    r = run_python(TEAMS)
+    r = run_python(TEAMS, env=FIXED_POLICY)  # every op's first sight checked, none run on the host
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["with_cpu_team"] > out["base"], out  # the CPU op's team: the count can tell
     assert out["after_wait"] == out["base"], out  # gone when the program waited
     assert out["after_first_call"] == out["base"], out  # a host run built no team on this thread
+    assert out["after_check"] == out["base"], out  # a check's team went with it
 
 
 HOST_RUN_WARNS = """

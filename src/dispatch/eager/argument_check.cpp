@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "dispatch/backend/devices.h"
+#include "dispatch/backend/host_threads.h"
 #include "dispatch/eager/tensor_alias.h"
 #include "kiln/hash_mix.h"
 
@@ -116,6 +117,12 @@ OpInfo::Verdict check_on_zeroed_twins(const c10::OperatorHandle& op, const OpInf
   }
   std::vector<c10::IValue> arg_twins(args.begin(), args.end());
   {
+    // The check runs here, beside the worker's launches, not on the worker:
+    // a team this thread builds for it would stay beside the worker's
+    // (host_threads.h), so it goes with the check, raising or not.
+    struct LetGoOfTheTeam {
+      ~LetGoOfTheTeam() { release_host_openmp_team(); }
+    } let_go;
     c10::DeviceGuard guard(c10::Device(c10::kPrivateUse1, index));
     op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &args);
   }
