@@ -528,7 +528,11 @@ Prepared prepare_library_trace(const trace::Trace& trace, const cache::Key& plan
 // memory, more so at the first touch of fresh outputs, and a trace of such
 // ops soon costs more as library kernels than its fused kernels take to
 // compile (an optimizer step over large parameters; docs/tuning.md, "Tiers").
+// But only a trace of several ops: one op alone (a transformer's GELU
+// between two matmuls) gains nothing fused, and the device would wait for
+// its compile. So its first op's launch is held until a second op joins it.
 constexpr int64_t kLargeOpElements = int64_t{1} << 20;
+constexpr int kOpsFusedAtFirstSight = 2;
 
 bool fused_at_first_sight(int64_t elements) { return elements >= kLargeOpElements; }
 
@@ -546,7 +550,10 @@ TraceStart start_trace(int device, const trace::TraceOp& first_op, bool counts_o
   int64_t elements = 1;
   for (int64_t size : first_op.sizes) elements *= size;
   const bool fused_last_run = !counts_only && fused_in_last_run(s.key);
-  s.ran_as_library = s.ran_as_library && !fused_last_run && library_tier() && !fused_at_first_sight(elements);
+  const bool library = s.ran_as_library && !fused_last_run && library_tier();
+  const bool large = fused_at_first_sight(elements);
+  s.ran_as_library = library && !large;
+  s.hold_until_ops = library && large ? kOpsFusedAtFirstSight : 0;
   return s;
 }
 
@@ -561,7 +568,14 @@ void flush(runtime::Device& dev, const trace::Trace& trace, std::string_view rea
   metrics.add(Counter::TraceFlushes, reason);
   count_traced_ops(trace, metrics);
   const cache::Key plan_key = cache::make_key(fusion::plan_signature(trace, g_options.fusion), fingerprint());
-  if (trace.ran_as_library) {
+  if (trace.hold_until_ops > 0) {
+    // A large op no other joined: launched now, its trace a library occurrence.
+    for (const trace::HeldLaunch& held : trace.held_launches) {
+      if (held.count) held.count();
+      dev.launch(held.name, held.work);
+    }
+  }
+  if (trace.ran_as_library || trace.hold_until_ops > 0) {
     metrics.add(Counter::Tiers, "library");
     history().flushed(dev.index(), plan_key, trace.start_key, prepare_library_trace(trace, plan_key));
     return;

@@ -214,10 +214,42 @@ TEST(Engine, AQueuedTraceRunsFusedAfterTheProgramWaitedAndALargeOneAtOnce) {
   engine::configure(o);
   trace::TraceOp large = axpb_plus(nullptr, nullptr, 11).ops[0];
   large.sizes = {int64_t{1} << 20};
-  EXPECT_FALSE(engine::start_trace(0, large, false).ran_as_library);
+  const engine::TraceStart at_once = engine::start_trace(0, large, false);
+  EXPECT_FALSE(at_once.ran_as_library);
+  EXPECT_EQ(at_once.hold_until_ops, 2);  // fused once a second op joins it
   large.sizes = {(int64_t{1} << 20) - 1};
-  EXPECT_TRUE(engine::start_trace(0, large, false).ran_as_library);
+  const engine::TraceStart small = engine::start_trace(0, large, false);
+  EXPECT_TRUE(small.ran_as_library);
+  EXPECT_EQ(small.hold_until_ops, 0);
   engine::configure(engine::Options{});
+}
+
+// A trace that holds its first op's launch (a large op, Trace::hold_until_ops)
+// and no second op joined: its flush launches the held op, counts it, and
+// runs nothing fused; its trace is a library occurrence.
+TEST(Engine, AHeldLaunchRunsAsALibraryKernelWhenNoOtherOpJoined) {
+  engine::Options o;
+  o.async_compile = true;
+  engine::configure(o);
+  runtime::Device dev(0, 1 << 20, false);
+  auto* x = static_cast<float*>(dev.allocate(40 * 4));
+  auto* y = static_cast<float*>(dev.allocate(40 * 4));
+  for (int i = 0; i < 40; ++i) x[i] = static_cast<float>(i);
+  std::memset(y, 0, 40 * 4);
+  trace::Trace t = axpb(x, y, 40, 3.0);
+  t.hold_until_ops = 2;
+  int counted = 0;
+  t.held_launches.push_back({"test::held", [&] { y[0] = 42.f; }, [&] { ++counted; }});
+  const int64_t library_before = Metrics::global().get(Counter::Tiers, "library");
+  engine::flush(dev, t, "test");
+  dev.synchronize();
+  EXPECT_EQ(y[0], 42.f);  // the held launch ran
+  EXPECT_EQ(y[1], 0.f);   // and no fused kernel
+  EXPECT_EQ(counted, 1);
+  EXPECT_EQ(Metrics::global().get(Counter::Tiers, "library"), library_before + 1);
+  engine::configure(engine::Options{});
+  dev.free(x);
+  dev.free(y);
 }
 
 // A fused launch whose kernel is still queued behind compiles for later

@@ -129,6 +129,31 @@ def test_a_trace_that_starts_with_a_large_op_runs_fused_at_first_sight():
     assert out["close"] and out["tiers"] == {"fused": 5}, out
 
 
+# A large op alone between two untraced ops (a transformer's GELU between
+# its matmuls): its launch is held until the flush, which finds no second
+# op and launches it as a library kernel; no compile is waited for.
+LARGE_OP_ALONE = """
+import json, torch, kiln
+d = kiln.DEVICE_NAME
+torch.manual_seed(0)
+a, w = torch.randn(1024, 1024), torch.randn(1024, 16)
+ad, wd = a.to(d), w.to(d)
+(ad @ wd).cpu()  # mm's first call: on the host
+for _ in range(2):  # the third would run fused: its kernel was queued at the second (threshold 2)
+    got = (torch.nn.functional.gelu(ad) @ wd).cpu()  # gelu: a trace of one large op, ended by mm
+want = torch.nn.functional.gelu(a) @ w
+c = kiln.metrics.counters()
+print(json.dumps({"tiers": c["tiers"], "gelu": c["library_kernels"].get("aten::gelu", 0),
+                  "equal": torch.equal(got, want)}))
+"""
+
+
+def test_a_large_op_alone_runs_as_a_library_kernel():
+    out = run(LARGE_OP_ALONE, 2, async_compile="1")
+    assert out["equal"], out  # eager CPU's own kernel: the same bits
+    assert "fused" not in out["tiers"] and out["gelu"] >= 1, out
+
+
 def test_a_program_whose_kernels_are_stored_runs_fused_at_first_sight(tmp_path):
     script = tmp_path / "five_traces.py"
     script.write_text(SAME_TRACE_FIVE_TIMES)

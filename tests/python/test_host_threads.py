@@ -54,8 +54,10 @@ print(json.dumps({"base": base, "with_cpu_team": with_cpu_team, "after_wait": af
 
 
 @pytest.mark.skipif(torch.get_num_threads() < 2, reason="one thread: ATen builds no OpenMP team")
-def test_the_program_lets_go_of_its_openmp_team_and_a_first_call_builds_none():
-    r = run_python(TEAMS, env=FIXED_POLICY)  # every op's first sight checked, none run on the host
+def test_the_program_lets_go_of_its_openmp_team_and_a_first_call_builds_none(tmp_path):
+    # Every op's first sight checked, none run on the host; an empty cache
+    # directory: no verdict stored by another test skips a first call.
+    r = run_python(TEAMS, env={**FIXED_POLICY, "KILN_CACHE_DIR": str(tmp_path)})
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["with_cpu_team"] > out["base"], out  # the CPU op's team: the count can tell
@@ -79,8 +81,8 @@ print(json.dumps({"warnings": [[str(w.message), w.lineno] for w in caught], "lin
 """
 
 
-def test_a_host_runs_warning_reaches_the_program_at_its_line():
-    r = run_python(HOST_RUN_WARNS)
+def test_a_host_runs_warning_reaches_the_program_at_its_line(tmp_path):
+    r = run_python(HOST_RUN_WARNS, env={"KILN_CACHE_DIR": str(tmp_path)})  # no stored verdict: a first call
     assert r.returncode == 0, r.stderr[-3000:]
     out = json.loads(r.stdout.strip().splitlines()[-1])
     assert out["equal"], out
@@ -100,7 +102,7 @@ except IndexError as e:
 """
 
 
-def test_a_host_runs_error_reaches_the_program_with_eagers_type():
-    r = run_python(HOST_RUN_FAILS)
+def test_a_host_runs_error_reaches_the_program_with_eagers_type(tmp_path):
+    r = run_python(HOST_RUN_FAILS, env={"KILN_CACHE_DIR": str(tmp_path)})  # no stored verdict: a first call
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.strip().splitlines()[-1] == "IndexError index out of range in self", r.stdout + r.stderr[-2000:]

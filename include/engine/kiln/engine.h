@@ -74,13 +74,16 @@ const Options& options();
 // yet due to run fused (its fused kernels compiled, or queued and the
 // program waited for the device since) `ran_as_library`: its ops run as
 // library kernels as they are recorded (docs/tuning.md, "Tiers"). A trace
-// whose first op is large runs fused at once. Decided by counts, sizes,
-// program order and cache contents, never by timing; `counts_only`
+// whose first op is large runs fused at once if a second op joins it: until
+// then its launch is held (`hold_until_ops`, Trace::hold_until_ops); alone,
+// it runs as a library kernel. Decided by counts, sizes, program order and
+// cache contents, never by timing; `counts_only`
 // (torch.use_deterministic_algorithms): without the caches, so that a warm
 // cache takes the same tiers as a cold one.
 struct TraceStart {
   uint64_t key = 0;
   bool ran_as_library = false;
+  int hold_until_ops = 0;
 };
 TraceStart start_trace(int device, const trace::TraceOp& first_op, bool counts_only);
 
@@ -90,8 +93,8 @@ TraceStart start_trace(int device, const trace::TraceOp& first_op, bool counts_o
 void program_waited(int device);
 
 // Whether a trace whose first op iterates over `elements` runs fused from
-// its first occurrence (start_trace): large ops cost more as library
-// kernels than their fused kernels take to compile.
+// its first occurrence once a second op joins it (start_trace): large ops
+// cost more as library kernels than their fused kernels take to compile.
 bool fused_at_first_sight(int64_t elements);
 
 // Whether traces not yet due to run fused run as library kernels at all

@@ -41,13 +41,29 @@ class PendingTrace {
   size_t size() const { return trace_.ops.size(); }
   const TraceOp& last() const { return trace_.ops.back(); }
   // The adaptive policy's decision for the pending trace, made as its first
-  // op is recorded (Trace::start_key, Trace::ran_as_library).
-  void start(uint64_t key, bool ran_as_library, bool counts_only) {
+  // op is recorded (Trace::start_key, Trace::ran_as_library,
+  // Trace::hold_until_ops).
+  void start(uint64_t key, bool ran_as_library, bool counts_only, int hold_until_ops) {
     trace_.start_key = key;
     trace_.ran_as_library = ran_as_library;
     trace_.counts_only = counts_only;
+    trace_.hold_until_ops = hold_until_ops;
   }
   bool ran_as_library() const { return trace_.ran_as_library; }
+  // Whether the trace holds its ops' library launches, and until how many
+  // ops (Trace::hold_until_ops).
+  bool holds_launches() const { return trace_.hold_until_ops > 0; }
+  int hold_until_ops() const { return trace_.hold_until_ops; }
+  void hold(HeldLaunch&& launch) { trace_.held_launches.push_back(std::move(launch)); }
+  // The trace has hold_until_ops ops: it runs fused. Returns the launches it
+  // held, for the caller to drop after the recorder's lock (their arguments
+  // may be the last owners of device memory).
+  std::vector<HeldLaunch> run_fused() {
+    trace_.hold_until_ops = 0;
+    std::vector<HeldLaunch> held = std::move(trace_.held_launches);
+    trace_.held_launches.clear();
+    return held;
+  }
 
  private:
   friend class Recorder;

@@ -7,7 +7,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -88,6 +90,14 @@ struct TraceOp {
   void store(View v, int32_t value);
 };
 
+// The launch of a recorded op's library kernel, held by a trace until its
+// flush decides how the trace runs (Trace::hold_until_ops).
+struct HeldLaunch {
+  std::string name;
+  std::function<void()> work;
+  std::function<void()> count;  // its metrics, added when it is launched
+};
+
 struct Trace {
   std::vector<Buffer> buffers;
   std::vector<TraceOp> ops;
@@ -99,6 +109,12 @@ struct Trace {
   // library tier): a flush plans it and compiles its fused kernels for its
   // next occurrences, but launches nothing.
   bool ran_as_library = false;
+  // Above 0: the trace's first op is large (engine::start_trace); its ops'
+  // library launches are held in `held_launches` until it has this many
+  // ops, when it runs fused from its first occurrence and drops them. A
+  // trace flushed before then launches them: it ran as library kernels.
+  int hold_until_ops = 0;
+  std::vector<HeldLaunch> held_launches;
   // torch.use_deterministic_algorithms(True) was on at its first op: its
   // tiers are decided by counts alone, whatever the caches hold.
   bool counts_only = false;

@@ -24,6 +24,16 @@ namespace {
 // contiguous and reshape of a non-viewable tensor reach it): it fuses with
 // what produces and reads it instead of flushing the trace. Its lowering
 // (copy_in_place, lowering_table.cpp) declines the copies eager refuses; they launch as before.
+// The copy as a launch on the device: its CPU copy over aliases of the
+// device memory. One alias set: overlapping source and destination look
+// overlapping to the CPU copy, as they would on CPU.
+trace::HeldLaunch copy_launch(const at::Tensor& src, const at::Tensor& dst) {
+  AliasSet aliases(c10::DispatchKey::CPU);
+  return {"copy device->device",
+          [s = aliases.alias(src), d = aliases.alias(dst), keep = src.storage()]() mutable { d.copy_(s); },
+          [bytes = dst.nbytes()] { Metrics::global().add(Counter::BytesCopied, "device_to_device", bytes); }};
+}
+
 Recorded record_copy(const at::Tensor& src, const at::Tensor& dst) {
   if (!trace::lazy_mode()) return Recorded::No;  // before the op info lookup: eager mode never needs it
   static const OpInfo& info = op_info_for(c10::Dispatcher::singleton().findSchemaOrThrow("aten::copy_", ""));
@@ -31,26 +41,20 @@ Recorded record_copy(const at::Tensor& src, const at::Tensor& dst) {
   const c10::IValue output(dst);
   const bool fresh = false;  // written in place
   return try_record(info, stack, 0, dst.device().index(), c10::ArrayRef<c10::IValue>(output),
-                    c10::ArrayRef<bool>(fresh));
+                    c10::ArrayRef<bool>(fresh), [&] { return copy_launch(src, dst); });
 }
 
 void copy_device_to_device(const at::Tensor& src, const at::Tensor& dst) {
-  const Recorded recorded = record_copy(src, dst);
-  if (recorded == Recorded::Lazily) return;
+  if (record_copy(src, dst) != Recorded::No) return;
   runtime::Device& dst_dev = device(dst.device().index());
   if (src.device() != dst.device()) {
     // The source's pending writes land first; its storage stays alive until
     // the destination's launch ran.
     synchronize(device(src.device().index()), "cross-device copy");
   }
-  Metrics::global().add(Counter::BytesCopied, "device_to_device", dst.nbytes());
-  // One alias set: overlapping source and destination look overlapping to
-  // the CPU copy, as they would on CPU.
-  AliasSet aliases(c10::DispatchKey::CPU);
-  // A copy recorded into a library-tier trace runs now, as that trace's other ops did.
-  const auto submit = recorded == Recorded::AsLibrary ? &launch_recorded : &enqueue;
-  submit(dst_dev, "copy device->device",
-         [s = aliases.alias(src), d = aliases.alias(dst), keep = src.storage()]() mutable { d.copy_(s); });
+  trace::HeldLaunch launch = copy_launch(src, dst);
+  launch.count();
+  enqueue(dst_dev, launch.name, std::move(launch.work));
 }
 
 // Whether `t`'s elements are its storage bytes from its offset on, in order.

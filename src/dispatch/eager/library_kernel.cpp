@@ -305,16 +305,10 @@ void learn_cpu_geometry(const Call& call, const InferredShapes& shapes) {
   shapes.cpu_returns.store(std::move(returns));
 }
 
-// How a library kernel enters the queue: after a flush of what the device
-// recorded, or, for an op of a library-tier trace, right away.
-enum class Launch { AfterFlush, Recorded };
-
-// The CPU kernel launched on the device's queue over aliases of the device
-// memory, writing `outputs`.
-void launch_library_kernel(Call& call, Outputs&& outputs, Launch how = Launch::AfterFlush) {
-  const auto submit = how == Launch::AfterFlush ? &enqueue : &launch_recorded;
+// The CPU kernel as a launch over aliases of the device memory, writing
+// `outputs`.
+trace::HeldLaunch library_launch(const Call& call, const Outputs& outputs) {
   const OpInfo& info = call.info;
-  Metrics::global().add(Counter::LibraryKernels, info.name);
   AliasSet aliases(c10::DispatchKey::CPU);
   std::vector<c10::IValue> args =
       host_arguments(info, call.stack, call.first, aliases, call.index(), /*snapshot_cpu=*/true);
@@ -338,8 +332,9 @@ void launch_library_kernel(Call& call, Outputs&& outputs, Launch how = Launch::A
       if (t.defined() && t.dim() > 0 && !t.is_non_overlapping_and_dense()) out_variant_fits = false;
     });
   }
+  trace::HeldLaunch launch{info.name, {}, [&info] { Metrics::global().add(Counter::LibraryKernels, info.name); }};
   if (out_variant_fits) {
-    submit(call.dev, info.name, [&info, op = call.op, args = std::move(args), fresh = std::move(fresh)]() mutable {
+    launch.work = [&info, op = call.op, args = std::move(args), fresh = std::move(fresh)]() mutable {
       std::vector<c10::IValue> out_args = args;  // the boxed call consumes its stack; args serve a retry
       for (auto& f : fresh) out_args.push_back(f);
       std::vector<Geometry> planned;
@@ -362,15 +357,24 @@ void launch_library_kernel(Call& call, Outputs&& outputs, Launch how = Launch::A
       op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &args);
       info.out_variant_failed.store(true, std::memory_order_relaxed);
       for (size_t j = 0; j < fresh.size(); ++j) copy_result_into(fresh[j], args[j]);
-    });
+    };
   } else {
-    submit(call.dev, info.name, [op = call.op, args = std::move(args), fresh = std::move(fresh)]() mutable {
+    launch.work = [op = call.op, args = std::move(args), fresh = std::move(fresh)]() mutable {
       op.redispatchBoxed(c10::DispatchKeySet(c10::DispatchKey::CPU), &args);
       for (size_t j = 0; j < fresh.size(); ++j) {
         copy_result_into(fresh[j], args[j]);
       }
-    });
+    };
   }
+  return launch;
+}
+
+// The CPU kernel launched on the device's queue, after a flush of what the
+// device recorded.
+void launch_library_kernel(Call& call, Outputs&& outputs) {
+  trace::HeldLaunch launch = library_launch(call, outputs);
+  launch.count();
+  enqueue(call.dev, launch.name, std::move(launch.work));
   call.set_results(std::move(outputs));
 }
 
@@ -459,11 +463,10 @@ void run_traced(Call& call) {
   }();
   c10::SmallVector<bool, 4> fresh;
   for (size_t j = 0; j < outputs.size(); ++j) fresh.push_back(info.return_alias_arg[j] < 0);
-  switch (try_record(info, call.stack, call.first, call.index(), outputs, fresh)) {
-    case Recorded::Lazily: call.set_results(std::move(outputs)); return;
-    case Recorded::AsLibrary: launch_library_kernel(call, std::move(outputs), Launch::Recorded); return;
-    case Recorded::No: launch_library_kernel(call, std::move(outputs)); return;
-  }
+  const Recorded recorded = try_record(info, call.stack, call.first, call.index(), outputs, fresh,
+                                       [&] { return library_launch(call, outputs); });
+  if (recorded == Recorded::No) launch_library_kernel(call, std::move(outputs));
+  else call.set_results(std::move(outputs));
 }
 
 // An op that is never recorded flushes the pending trace before it allocates
