@@ -568,14 +568,13 @@ void flush(runtime::Device& dev, const trace::Trace& trace, std::string_view rea
   metrics.add(Counter::TraceFlushes, reason);
   count_traced_ops(trace, metrics);
   const cache::Key plan_key = cache::make_key(fusion::plan_signature(trace, g_options.fusion), fingerprint());
-  if (trace.hold_until_ops > 0) {
-    // A large op no other joined: launched now, its trace a library occurrence.
+  if (trace.ran_as_library || trace.hold_until_ops > 0) {
+    // A large op no other joined was held (Trace::hold_until_ops): it runs
+    // now, as a library kernel, and its trace is a library occurrence.
     for (const trace::HeldLaunch& held : trace.held_launches) {
       if (held.count) held.count();
-      dev.launch(held.name, held.work);
+      dev.launch(std::string(held.name), held.work);
     }
-  }
-  if (trace.ran_as_library || trace.hold_until_ops > 0) {
     metrics.add(Counter::Tiers, "library");
     history().flushed(dev.index(), plan_key, trace.start_key, prepare_library_trace(trace, plan_key));
     return;

@@ -9,7 +9,6 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <string>
 #include <string_view>
 #include <vector>
 
@@ -93,7 +92,7 @@ struct TraceOp {
 // The launch of a recorded op's library kernel, held by a trace until its
 // flush decides how the trace runs (Trace::hold_until_ops).
 struct HeldLaunch {
-  std::string name;
+  std::string_view name;  // lives as long as the process (an op's name, a literal)
   std::function<void()> work;
   std::function<void()> count;  // its metrics, added when it is launched
 };

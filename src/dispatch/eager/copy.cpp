@@ -20,10 +20,6 @@
 namespace kiln::dispatch {
 namespace {
 
-// In lazy mode a copy within one device is a traced pointwise op (clone,
-// contiguous and reshape of a non-viewable tensor reach it): it fuses with
-// what produces and reads it instead of flushing the trace. Its lowering
-// (copy_in_place, lowering_table.cpp) declines the copies eager refuses; they launch as before.
 // The copy as a launch on the device: its CPU copy over aliases of the
 // device memory. One alias set: overlapping source and destination look
 // overlapping to the CPU copy, as they would on CPU.
@@ -34,6 +30,10 @@ trace::HeldLaunch copy_launch(const at::Tensor& src, const at::Tensor& dst) {
           [bytes = dst.nbytes()] { Metrics::global().add(Counter::BytesCopied, "device_to_device", bytes); }};
 }
 
+// In lazy mode a copy within one device is a traced pointwise op (clone,
+// contiguous and reshape of a non-viewable tensor reach it): it fuses with
+// what produces and reads it instead of flushing the trace. Its lowering
+// (copy_in_place, lowering_table.cpp) declines the copies eager refuses; they launch as before.
 Recorded record_copy(const at::Tensor& src, const at::Tensor& dst) {
   if (!trace::lazy_mode()) return Recorded::No;  // before the op info lookup: eager mode never needs it
   static const OpInfo& info = op_info_for(c10::Dispatcher::singleton().findSchemaOrThrow("aten::copy_", ""));

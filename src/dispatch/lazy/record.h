@@ -16,8 +16,8 @@ namespace kiln::dispatch {
 
 enum class Recorded {
   No,         // the lowering declined: the caller launches it
-  Lazily,     // pending in the trace, for a fused flush
-  AsLibrary,  // in a trace of the library tier: launched (or held) by try_record
+  Lazily,     // pending in the trace, for a fused flush (its library launch held until then: Trace::hold_until_ops)
+  AsLibrary,  // in a trace of the library tier: launched by try_record
 };
 
 // The op's library kernel as a launch (not yet counted in the metrics).
