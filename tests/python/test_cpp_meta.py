@@ -22,7 +22,13 @@ y = torch.cat([torch.add(x, x), x * x, x - 1, x == 1], dim=0)
 # Ops whose meta kernel kiln writes by hand (written_meta.cpp):
 z = torch.where(x > 0, torch.relu(x), 0.0)
 z = torch.nn.functional.layer_norm(z, (4,))
+with torch.no_grad():  # inference: nn.TransformerEncoderLayer's fused op, and attention's
+    layer = torch.nn.TransformerEncoderLayer(8, 2, 16, batch_first=True).eval().to({device!r})
+    e = layer(torch.ones(2, 3, 8, device={device!r}))
+    q = torch.ones(1, 2, 3, 4, device={device!r})
+    a = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
 torch.{device}.synchronize()
+assert e.shape == (2, 3, 8) and a.shape == (1, 2, 3, 4), (e.shape, a.shape)
 assert y.shape == (12, 4), y.shape
 assert z.shape == (3, 4), z.shape
 print("dynamo" if "torch._dynamo" in sys.modules else "", "sympy" if "sympy" in sys.modules else "")
@@ -119,6 +125,50 @@ def test_written_metas_give_eager_cpus_geometry(mode, layout):
             torch.testing.assert_close(g.cpu(), e, msg=f"{name} on {layout}")
 
 
+def _encoder_layer_fwd(src, layer, to):
+    a, f = layer.self_attn, layer
+    return torch._transformer_encoder_layer_fwd(
+        src,
+        8,
+        2,
+        *(to(t) for t in (a.in_proj_weight, a.in_proj_bias, a.out_proj.weight, a.out_proj.bias)),
+        False,
+        layer.norm_first,
+        1e-5,
+        *(to(t) for t in (f.norm1.weight, f.norm1.bias, f.norm2.weight, f.norm2.bias)),
+        *(to(t) for t in (f.linear1.weight, f.linear1.bias, f.linear2.weight, f.linear2.bias)),
+        None,
+        None,
+    )
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_encoder_layer_and_attention_metas_give_eager_cpus_geometry(mode, norm_first):
+    """_transformer_encoder_layer_fwd (nn.TransformerEncoderLayer in inference)
+    and _scaled_dot_product_flash_attention_for_cpu, whose meta kernels kiln
+    writes: a contiguous result whatever the input's strides, and attention's
+    log-sum-exp transposed, in float for a bfloat16 query."""
+    torch.manual_seed(0)
+    layer = torch.nn.TransformerEncoderLayer(8, 2, 16, batch_first=True, norm_first=norm_first).eval()
+    x = torch.randn(3, 5, 8)
+    q, k, v = torch.randn(2, 2, 5, 4), torch.randn(2, 2, 7, 4), torch.randn(2, 2, 7, 4)
+    attention = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+    cases = {
+        "encoder": lambda to: _encoder_layer_fwd(to(x), layer, to),
+        "encoder_transposed_input": lambda to: _encoder_layer_fwd(to(x).transpose(0, 1), layer, to),
+        "encoder_empty": lambda to: _encoder_layer_fwd(to(x[:0]), layer, to),
+        "attention": lambda to: attention(to(q), to(k), to(v)),
+        "attention_causal_bf16": lambda to: attention(to(q).bfloat16(), to(k).bfloat16(), to(v).bfloat16(), 0.0, True),
+    }
+    with torch.no_grad():
+        for name, fn in cases.items():
+            want = fn(lambda t: t)
+            got = fn(lambda t: t.to(DEVICE))
+            for g, e in zip(*(((r,) if isinstance(r, torch.Tensor) else r) for r in (got, want))):
+                assert (g.shape, g.stride(), g.dtype) == (e.shape, e.stride(), e.dtype), name
+                torch.testing.assert_close(g.cpu(), e, msg=name)
+
+
 def test_written_meta_errors_are_eager_cpus(mode):
     """The checks the written meta kernels make raise eager's errors at the op."""
     a = torch.randn(3, 4)
@@ -127,6 +177,7 @@ def test_written_meta_errors_are_eager_cpus(mode):
         lambda to: torch.where(to(a), to(a), to(a)),
         lambda to: torch.nn.functional.layer_norm(to(a), (5,)),
         lambda to: torch.nn.functional.layer_norm(to(a), (4,), weight=to(torch.ones(3))),
+        lambda to: torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(*(to(a[None]),) * 3),
     ]
     for i, case in enumerate(cases):
         with pytest.raises(RuntimeError) as cpu:

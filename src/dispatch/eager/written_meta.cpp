@@ -1,13 +1,15 @@
 // C++ meta kernels written by hand, for common ops whose only Meta kernel is
 // a Python reference that imports torch._dynamo and sympy on its first call
 // (0.3-1.3 s in a fresh process: an inference script's first layer_norm,
-// relu or where) and has no C++ meta function in ATen to call instead (see
+// relu, where, nn.TransformerEncoderLayer or scaled_dot_product_attention)
+// and has no C++ meta function in ATen to call instead (see
 // cpp_meta.h). Each computes what the op's CPU kernel allocates, the way
 // that kernel does; the first-sight check (argument_check.h) compares it
 // with the CPU kernel's results for each new argument pattern, so a
 // disagreement runs the op on the host instead of giving another geometry.
 #include <ATen/ATen.h>
 #include <ATen/MetaFunctions.h>
+#include <ATen/OpMathType.h>
 #include <ATen/TensorIterator.h>
 #include <ATen/native/TypeProperties.h>
 #include <ATen/native/cpu/mixed_data_type.h>
@@ -68,6 +70,39 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm_meta(const at::
   return {std::move(y), std::move(mean), std::move(rstd)};
 }
 
+// at::native::transformer_encoder_layer_forward on a strided input: its
+// result is the last layer_norm's or add's, contiguous whatever the input's
+// strides (the Python meta gives the input's strides).
+at::Tensor transformer_encoder_layer_fwd_meta(
+    const at::Tensor& src, int64_t /*embed_dim*/, int64_t /*num_heads*/, const at::Tensor& /*qkv_weight*/,
+    const at::Tensor& /*qkv_bias*/, const at::Tensor& /*proj_weight*/, const at::Tensor& /*proj_bias*/,
+    bool /*use_gelu*/, bool /*norm_first*/, double /*eps*/, const at::Tensor& /*norm_weight_1*/,
+    const at::Tensor& /*norm_bias_1*/, const at::Tensor& /*norm_weight_2*/, const at::Tensor& /*norm_bias_2*/,
+    const at::Tensor& /*ffn_weight_1*/, const at::Tensor& /*ffn_bias_1*/, const at::Tensor& /*ffn_weight_2*/,
+    const at::Tensor& /*ffn_bias_2*/, const std::optional<at::Tensor>& /*mask*/, std::optional<int64_t> /*mask_type*/) {
+  return at::empty(src.sizes(), src.options().memory_format(at::MemoryFormat::Contiguous));
+}
+
+// at::native::_scaled_dot_product_flash_attention_cpu: a contiguous output
+// of the query's sizes, and the log-sum-exp in the op-math dtype, allocated
+// as (batch, length, heads) and returned transposed. Its other checks
+// compare dtypes and sizes for equality: the first-sight check raises them.
+std::tuple<at::Tensor, at::Tensor> flash_attention_for_cpu_meta(const at::Tensor& query, const at::Tensor& key,
+                                                                const at::Tensor& value, double /*dropout_p*/,
+                                                                bool /*is_causal*/,
+                                                                const std::optional<at::Tensor>& /*attn_mask*/,
+                                                                std::optional<double> /*scale*/) {
+  // In the CPU kernel's order: a query of fewer than 3 dimensions raises
+  // the IndexError of its size(2) before the check of the ranks.
+  const int64_t batch = query.size(0), length = query.size(2), heads = query.size(1);
+  TORCH_CHECK(query.dim() == 4 && key.dim() == 4 && value.dim() == 4,
+              "scaled_dot_product_attention_flash_attention: Accept only 4 dims inputs shape of {B, H, T, K}");
+  at::Tensor output = at::empty(query.sizes(), query.options());
+  at::Tensor logsumexp =
+      at::empty({batch, length, heads}, query.options().dtype(at::toOpMathType(query.scalar_type()))).transpose(1, 2);
+  return {std::move(output), std::move(logsumexp)};
+}
+
 }  // namespace
 
 std::vector<std::pair<const char*, c10::KernelFunction>> written_meta_kernels() {
@@ -75,6 +110,10 @@ std::vector<std::pair<const char*, c10::KernelFunction>> written_meta_kernels() 
       {"aten::relu", c10::KernelFunction::makeFromUnboxedRuntimeFunction(&relu_meta)},
       {"aten::where.self", c10::KernelFunction::makeFromUnboxedRuntimeFunction(&where_meta)},
       {"aten::native_layer_norm", c10::KernelFunction::makeFromUnboxedRuntimeFunction(&native_layer_norm_meta)},
+      {"aten::_transformer_encoder_layer_fwd",
+       c10::KernelFunction::makeFromUnboxedRuntimeFunction(&transformer_encoder_layer_fwd_meta)},
+      {"aten::_scaled_dot_product_flash_attention_for_cpu",
+       c10::KernelFunction::makeFromUnboxedRuntimeFunction(&flash_attention_for_cpu_meta)},
   };
 }
 
