@@ -24,6 +24,14 @@ size_t round_up(size_t bytes) {
   if (bytes > SIZE_MAX - (g - 1)) return SIZE_MAX / g * g;
   return bytes == 0 ? g : (bytes + g - 1) / g * g;
 }
+
+// The largest cached block a request of `size` (rounded) takes. A program
+// whose sizes change (a sequence of a new length each call) then reuses
+// the blocks a longer one freed: a fresh block's every page faults and is
+// zeroed at its first touch, while a cached one is mapped already. At most
+// twice the request, so that a small request does not hold a large block
+// a later large request would have taken.
+size_t reuse_limit(size_t size) { return size > SIZE_MAX / 2 ? SIZE_MAX : size * 2; }
 }  // namespace
 
 OutOfMemoryError::OutOfMemoryError(int device, size_t requested, size_t free_bytes, size_t capacity)
@@ -47,10 +55,13 @@ void* MemoryPool::allocate(size_t bytes) {
   const size_t size = round_up(bytes);
   std::lock_guard<std::mutex> lock(mu_);
   void* ptr = nullptr;
-  auto it = cached_.find(size);
-  if (it != cached_.end() && !it->second.empty()) {
+  size_t block_size = size;
+  auto it = cached_.lower_bound(size);
+  if (it != cached_.end() && it->first <= reuse_limit(size)) {
+    block_size = it->first;
     ptr = it->second.back();
     it->second.pop_back();
+    if (it->second.empty()) cached_.erase(it);
     if (!prefilled_.empty()) {
       if (auto p = prefilled_.find(ptr); p != prefilled_.end()) {
         prefill_stats_.used_bytes += static_cast<int64_t>(p->second);
@@ -73,8 +84,8 @@ void* MemoryPool::allocate(size_t bytes) {
     stats_.reserved_bytes_total += size;
     stats_.peak_reserved_bytes = std::max(stats_.peak_reserved_bytes, stats_.reserved_bytes);
   }
-  live_.emplace(ptr, Block{size, bytes});
-  SizeUse& use = use_by_size_.try_emplace(size, SizeUse{0, 0, use_by_size_.size()}).first->second;
+  live_.emplace(ptr, Block{block_size, size, bytes});
+  SizeUse& use = use_by_size_.try_emplace(block_size, SizeUse{0, 0, use_by_size_.size()}).first->second;
   use.peak = std::max(use.peak, ++use.live);
   MemoryStats& s = stats_;
   s.allocated_bytes += size;
@@ -100,11 +111,11 @@ void MemoryPool::free(void* ptr) {
   const Block block = it->second;
   live_.erase(it);
   use_by_size_[block.size].live--;
-  stats_.allocated_bytes -= block.size;
+  stats_.allocated_bytes -= block.rounded;
   stats_.requested_bytes -= block.requested;
   stats_.live_allocations--;
   stats_.free_count++;
-  stats_.freed_bytes_total += block.size;
+  stats_.freed_bytes_total += block.rounded;
   stats_.requested_freed_bytes_total += block.requested;
   cached_[block.size].push_back(ptr);
 }

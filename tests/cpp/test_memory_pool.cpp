@@ -127,12 +127,41 @@ TEST(MemoryPool, ReusesCachedBlockOfSameRoundedSize) {
   EXPECT_EQ(s.allocated_bytes, 1024);
   EXPECT_EQ(s.allocation_count, 2);
 
-  // A different rounded size does not take the cached block.
+  // A larger rounded size does not take the cached block.
   pool.free(b);
   void* c = pool.allocate(2048);
   EXPECT_NE(c, b);
   EXPECT_EQ(pool.stats().reserved_bytes, 1024 + 2048);
   pool.free(c);
+}
+
+// A sequence of a new length each call: a shorter one takes the block a
+// longer one freed (mapped already) rather than a fresh one, up to twice
+// its size. Allocated bytes count the request (rounded), whichever block
+// serves it; reserved bytes count the block.
+TEST(MemoryPool, ASmallerRequestTakesACachedBlockUpToTwiceItsSize) {
+  MemoryPool pool(0, 1 << 20);
+  void* big = pool.allocate(4096);
+  pool.free(big);
+  void* half = pool.allocate(2048);
+  EXPECT_EQ(half, big);
+  MemoryStats s = pool.stats();
+  EXPECT_EQ(s.reserved_bytes, 4096);
+  EXPECT_EQ(s.allocated_bytes, 2048);
+  EXPECT_EQ(s.requested_bytes, 2048);
+  pool.free(half);
+  EXPECT_EQ(pool.stats().allocated_bytes, 0);
+
+  // Less than half the block's size: a fresh block of its own.
+  void* small = pool.allocate(1536);
+  EXPECT_NE(small, big);
+  EXPECT_EQ(pool.stats().reserved_bytes, 4096 + 1536);
+  pool.free(small);
+
+  // The smallest cached block that fits is taken.
+  void* again = pool.allocate(1024);
+  EXPECT_EQ(again, small);
+  pool.free(again);
 }
 
 TEST(MemoryPool, BlocksAre64ByteAlignedAndWritable) {

@@ -21,6 +21,7 @@
 #include <deque>
 #include <exception>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -92,8 +93,9 @@ struct MemoryStats {
   int64_t capacity_bytes = 0;
 };
 
-// A caching pool over a fixed capacity. Blocks are rounded to kGranularity and
-// reused by exact rounded size; empty_cache() gives cached blocks back.
+// A caching pool over a fixed capacity. Blocks are rounded to kGranularity; a
+// request takes the smallest cached block of its rounded size or larger, up
+// to twice that size; empty_cache() gives cached blocks back.
 class MemoryPool {
  public:
   static constexpr size_t kGranularity = 512;
@@ -143,15 +145,16 @@ class MemoryPool {
   const size_t capacity_;
   mutable std::mutex mu_;
   struct Block {
-    size_t size;       // rounded
+    size_t size;       // the block's: the request rounded, or the larger cached block it took
+    size_t rounded;    // the request rounded: what allocated_bytes counts, whichever block serves it
     size_t requested;  // what the caller asked for
   };
   std::unordered_map<void*, Block> live_;
-  std::unordered_map<size_t, std::vector<void*>> cached_;  // rounded size -> free blocks
+  std::map<size_t, std::vector<void*>> cached_;  // block size -> free blocks (none empty)
   struct SizeUse {
     size_t live = 0, peak = 0, first_use = 0;
   };
-  std::unordered_map<size_t, SizeUse> use_by_size_;  // rounded size -> blocks held now, at most
+  std::unordered_map<size_t, SizeUse> use_by_size_;  // block size -> blocks held now, at most
   std::unordered_map<void*, size_t> prefilled_;      // cached by prefill(), not yet taken
   PrefillStats prefill_stats_;
   MemoryStats stats_;
