@@ -1,4 +1,4 @@
-// kiln's float exp, tanh and erf, and the estimated division tanh uses.
+// kiln's float exp, tanh and erf.
 #include "codegen/float_math.h"
 
 #include "codegen/llvm_calls.h"
@@ -14,21 +14,6 @@ Value* FloatMath::muladd(Value* a, Value* b, Value* c) {
   return call_intrinsic(b_, llvm::Intrinsic::fmuladd, {a, b, c});
 }
 
-// a / b from the CPU's reciprocal estimate refined by Newton-Raphson (the
-// function's "reciprocal-estimates" attribute, set in Lowering::emit):
-// within 1 ulp of a / b, not always the correctly rounded quotient. Only
-// where b is finite and not zero. A vector division holds the divider for
-// many cycles (docs/codegen.md, "Estimated division in tanh").
-Value* FloatMath::reciprocal_estimate_div(Value* a, Value* b) {
-  auto* div = llvm::cast<llvm::Instruction>(b_.CreateFDiv(a, b));
-  llvm::FastMathFlags flags;
-  flags.setAllowReciprocal();
-  flags.setNoInfs();
-  flags.setAllowContract();
-  div->setFastMathFlags(flags);
-  return div;
-}
-
 Value* FloatMath::exp(Value* x) {
   return x->getType()->isFloatTy() ? exp_f32(x) : call_intrinsic(b_, llvm::Intrinsic::exp, {x});
 }
@@ -37,9 +22,15 @@ Value* FloatMath::exp(Value* x) {
 // ratio is near 1 for tiny x, so tiny and subnormal x need no special
 // case (Eigen's (x p) / q does). Within 5 ulp. x is clamped to
 // +-kTanhSaturation, the smallest float at which this rational (as
-// evaluated here, FMAs and estimated division) is exactly 1: beyond it
-// tanh is +-1 exactly, as in libm, for two min/max instead of a compare,
-// a copysign and a select. A NaN x stays NaN (the clamps pass it).
+// evaluated here, with FMAs) is exactly 1: beyond it tanh is +-1 exactly,
+// as in libm, for two min/max instead of a compare, a copysign and a
+// select. A NaN x stays NaN (the clamps pass it).
+//
+// The division is IEEE's, not the CPU's reciprocal estimate refined by
+// Newton-Raphson: the estimate is 14-bit in an AVX-512 vector loop and
+// 12-bit in its scalar remainder, so an element's bits depended on whether
+// it fell in a remainder, and so on how a flush cut the trace into kernels
+// (docs/codegen.md, "Division in tanh").
 static constexpr double kTanhSaturation = 7.932197093963623;  // a float: 0x1.fba91ep+2
 
 Value* FloatMath::tanh(Value* x) {
@@ -57,7 +48,7 @@ Value* FloatMath::tanh(Value* x) {
   for (double c : {1.18534705686654e-04, 2.26843463243900e-03, 4.89352518554385e-03}) {
     q = muladd(x2, q, k(c));
   }
-  return b_.CreateFMul(x, reciprocal_estimate_div(p, q));
+  return b_.CreateFMul(x, b_.CreateFDiv(p, q));
 }
 
 // expf as Cephes reduces it: n = round(x / ln2), r = x - n ln2 in two

@@ -45,7 +45,6 @@ class FloatMath {
 
  private:
   llvm::Value* muladd(llvm::Value* a, llvm::Value* b, llvm::Value* c);
-  llvm::Value* reciprocal_estimate_div(llvm::Value* a, llvm::Value* b);
   llvm::Value* exp_f32(llvm::Value* x);
   llvm::Value* scale_in_two_halves(llvm::Value* p, llvm::Value* t);
   llvm::Value* sin_or_cos(llvm::Value* x, bool cosine);

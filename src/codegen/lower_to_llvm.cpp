@@ -43,11 +43,11 @@ void Lowering::emit(const std::string& symbol) {
   // LLVM's tuning for recent AVX-512 cores prefers 256-bit vectors (clock
   // throttling on server parts); kernels are throughput loops, take 512.
   fn_->addFnAttr("prefer-vector-width", "512");
-  // Divisions marked arcp (FloatMath's estimated division; every one under
-  // KILN_FAST_MATH) become a reciprocal estimate and Newton-Raphson steps:
-  // one from AVX-512's 14-bit vector estimate, two from a 12-bit one (rcpss,
-  // and AVX2's vrcpps), so a loop's remainder is as accurate as its vector
-  // body and tanh saturates at the same argument on either.
+  // Divisions marked arcp (every one under KILN_FAST_MATH) become a
+  // reciprocal estimate and Newton-Raphson steps: one from AVX-512's 14-bit
+  // vector estimate, two from a 12-bit one (rcpss, and AVX2's vrcpps), so a
+  // loop's remainder is as accurate as its vector body (not bit-equal: fast
+  // math gives up eager's bits anyway).
   static const bool avx512_estimate = host_has_cpu_feature("avx512f");  // the host's features, queried once
   fn_->addFnAttr("reciprocal-estimates", avx512_estimate ? "divf:2,vec-divf:1" : "divf:2,vec-divf:2");
   auto args = fn_->arg_begin();
