@@ -35,6 +35,7 @@ SETTINGS = [
     ("KILN_COMPILE_THRESHOLD=3", {"KILN_COMPILE_THRESHOLD": "3"}),
     ("KILN_SHAPE_SPECIALIZE=1", {"KILN_SHAPE_SPECIALIZE": "1"}),
     ("KILN_OPT_LEVEL=3", {"KILN_OPT_LEVEL": "3"}),
+    ("KILN_QUEUE_LOW_WATERMARK=15", {"KILN_QUEUE_LOW_WATERMARK": "15"}),
 ]
 WORKLOADS = ("small_op_storm", "pointwise_chain", "adamw_foreach_off", "gpt_train", "varlen_infer")
 
@@ -94,9 +95,16 @@ def main():
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--scale", type=float, default=1.0)
     parser.add_argument("--only", default=None, help="comma-separated workloads")
+    parser.add_argument("--settings", default=None, help="comma-separated setting labels (the defaults always run)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     workloads = args.only.split(",") if args.only else WORKLOADS
+    if args.settings:
+        wanted = {DEFAULTS, *args.settings.split(",")}
+        unknown = wanted - {label for label, _ in SETTINGS}
+        if unknown:
+            parser.error(f"unknown settings {sorted(unknown)}; known: {[label for label, _ in SETTINGS]}")
+        SETTINGS[:] = [(label, env) for label, env in SETTINGS if label in wanted]
     runs = {w: {label: [] for label, _ in SETTINGS} for w in workloads}
     for r in range(args.rounds):
         for w in workloads:

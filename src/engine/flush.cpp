@@ -454,12 +454,12 @@ class TraceHistory {
     for (const auto& [key, entry] : state_) keys.push_back(key);  // no entry stays Unseen
     return keys;
   }
-  // Every flush: the trace that follows it on `device` is told apart by it,
-  // and its own key is now `prepared` that far from running fused (a fused
-  // trace: Ready).
-  void flushed(int device, const cache::Key& plan_key, uint64_t start, Prepared prepared) {
+  // Every flush: the trace that follows it on `device` is told apart by
+  // `told_apart_by` (after_trace), and its own key is now `prepared` that
+  // far from running fused (a fused trace: Ready).
+  void flushed(int device, uint64_t told_apart_by, uint64_t start, Prepared prepared) {
     std::lock_guard<std::mutex> lock(mu_);
-    last_[static_cast<size_t>(device)] = plan_key.low ^ plan_key.high;
+    last_[static_cast<size_t>(device)] = told_apart_by;
     if (prepared == Prepared::Nothing) return;
     if (state_.size() >= kMaxTraces) state_.clear();
     Entry& e = state_[start];  // a new entry starts Unseen
@@ -483,6 +483,13 @@ class TraceHistory {
 TraceHistory& history() {
   static auto* h = new TraceHistory();
   return *h;
+}
+
+// What tells the trace after `trace` apart: its plan's key; under
+// KILN_QUEUE_LOW_WATERMARK its chain key, the same wherever the queue cut
+// it, so that the next trace's key and tier do not depend on timing.
+uint64_t after_trace(const trace::Trace& trace, const cache::Key& plan_key) {
+  return g_options.queue_low_watermark > 0 ? trace.chain_key : plan_key.low ^ plan_key.high;
 }
 
 // A trace whose ops already ran as library kernels: counts its occurrence,
@@ -576,11 +583,12 @@ void flush(runtime::Device& dev, const trace::Trace& trace, std::string_view rea
       dev.launch(std::string(held.name), held.work);
     }
     metrics.add(Counter::Tiers, "library");
-    history().flushed(dev.index(), plan_key, trace.start_key, prepare_library_trace(trace, plan_key));
+    history().flushed(dev.index(), after_trace(trace, plan_key), trace.start_key,
+                      prepare_library_trace(trace, plan_key));
     return;
   }
   metrics.add(Counter::Tiers, "fused");
-  history().flushed(dev.index(), plan_key, trace.start_key, Prepared::Ready);
+  history().flushed(dev.index(), after_trace(trace, plan_key), trace.start_key, Prepared::Ready);
   if (std::shared_ptr<const PreparedPlan> reused = plan_cache().find(plan_key)) {
     metrics.add(Counter::PlanCache, "hit");
     launch_reused(dev, trace, *reused);

@@ -16,6 +16,7 @@ Options options_for(const Settings& s) {
   o.compile_threshold = s.compile_threshold;
   o.shape_specialize = s.shape_specialize;
   o.compile_delay_ms = static_cast<int>(s.compile_delay_ms);
+  o.queue_low_watermark = s.queue_low_watermark;
   o.dump_dir = s.dump_dir;
   if (s.cache) o.cache_dir = s.cache_dir;
   o.cache_read_only = s.cache_read_only;

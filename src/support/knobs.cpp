@@ -168,6 +168,12 @@ const std::vector<KnobSpec>& knob_table() {
        "unless its first op covers 2^20 elements or more and a second op joins it. 2: a trace seen once is never compiled; "
        "1: compile at first sight (with KILN_ASYNC_COMPILE=0: every trace fused at its first flush).",
        set_integer<&Settings::compile_threshold>, 1, 1000000},
+      {"KILN_QUEUE_LOW_WATERMARK", KnobKind::Integer, "0",
+       "0: a trace waits for a sync point, an untraced op or KILN_TRACE_MAX_OPS. N > 0: a fused trace of N "
+       "ops or more is flushed as soon as the device's queue holds fewer than N launches, so that the device "
+       "does not idle while the program records. The trace after a cut goes on fused, as the whole would "
+       "have run, so where the cuts fall (timing) changes no result; more distinct kernels may compile.",
+       set_integer<&Settings::queue_low_watermark>, 0, 1000000},
       {"KILN_SHAPE_SPECIALIZE", KnobKind::Boolean, "0",
        "1: bake each launch's sizes and strides into its compiled kernel, so that LLVM knows every trip "
        "count (one kernel per geometry: a new size compiles again); 0: one kernel serves every size.",

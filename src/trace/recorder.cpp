@@ -3,6 +3,8 @@
 
 #include <array>
 
+#include "kiln/hash_mix.h"
+
 namespace kiln::trace {
 namespace {
 std::atomic<bool> g_lazy{true};
@@ -46,9 +48,15 @@ bool PendingTrace::on_free(void* base, const std::function<void(void*)>& free_la
   return true;
 }
 
-Trace PendingTrace::take() {
+Trace PendingTrace::take(bool cut, bool chain) {
   Trace t = std::move(trace_);
   trace_ = Trace{};
+  if (chain) {
+    for (const TraceOp& op : t.ops) t.chain_key = mix_in(t.chain_key, op_hash(op));
+  }
+  if (cut) continuation_ = Continuation{t.start_key, t.counts_only, t.chain_key, ops_before_ + t.ops.size()};
+  else continuation_.reset();
+  ops_before_ = 0;
   // The next trace is likely as long: room for its ops up front, so that
   // recording does not move every op again each time the list doubles
   // (a TraceOp keeps its lists inline and is large to move).

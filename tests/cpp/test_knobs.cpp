@@ -49,6 +49,7 @@ const std::vector<KnobCase>& every_knob() {
       {"KILN_SHAPE_SPECIALIZE", "1", [](Settings& s) { s.shape_specialize = true; }},
       {"KILN_ASYNC_COMPILE", "0", [](Settings& s) { s.async_compile = false; }},
       {"KILN_COMPILE_DELAY_MS", "25", [](Settings& s) { s.compile_delay_ms = 25; }},
+      {"KILN_QUEUE_LOW_WATERMARK", "15", [](Settings& s) { s.queue_low_watermark = 15; }},
       {"KILN_NUM_THREADS", std::to_string(other_thread_count()),
        [](Settings& s) {
          s.num_threads = other_thread_count();

@@ -41,6 +41,10 @@ struct Options {
   // (ir::Kernel::baked_geometry).
   bool shape_specialize = false;
   int compile_delay_ms = 0;  // KILN_COMPILE_DELAY_MS: tests' artificial compile time
+  // KILN_QUEUE_LOW_WATERMARK (0: off): the dispatch layer cuts traces when
+  // the device's queue runs low; the trace after a cut one is then told
+  // apart by Trace::chain_key, which no cut changes, not by a plan key.
+  int64_t queue_low_watermark = 0;
   // The persistent store's directory (KILN_CACHE, KILN_CACHE_DIR); empty:
   // compiled kernels live in memory only (the default without the knobs).
   std::string cache_dir;

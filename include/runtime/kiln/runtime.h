@@ -324,6 +324,8 @@ class Device {
   // Whether the calling thread is the device's worker.
   bool on_worker() const { return queue_.on_worker(); }
   uint64_t submitted() const { return queue_.submitted(); }
+  // Launches submitted and not yet run (the one running included).
+  uint64_t queued() const { return queue_.submitted() - queue_.completed(); }
   // Enqueue a marker for `event` (re-recording replaces the previous marker).
   void record(Event& event);
   bool launch_blocking() const { return launch_blocking_; }

@@ -83,16 +83,17 @@ struct Settings {
   bool fast_math;
   int opt_level;  // KILN_OPT_LEVEL, 0..3
   int num_threads;
-  int64_t stream_min_mb;      // 0: never
-  bool async_compile;         // KILN_ASYNC_COMPILE
-  int64_t compile_threshold;  // KILN_COMPILE_THRESHOLD
-  bool shape_specialize;      // KILN_SHAPE_SPECIALIZE
-  int64_t compile_delay_ms;   // KILN_COMPILE_DELAY_MS (tests)
-  std::string dump_dir;       // empty: off
-  bool cache;                 // KILN_CACHE: keep compiled kernels in the persistent store
-  std::string cache_dir;      // KILN_CACHE_DIR, resolved ("" when no default can be found)
-  bool cache_read_only;       // KILN_CACHE_READONLY
-  int64_t cache_max_mb;       // KILN_CACHE_MAX_MB
+  int64_t stream_min_mb;        // 0: never
+  bool async_compile;           // KILN_ASYNC_COMPILE
+  int64_t compile_threshold;    // KILN_COMPILE_THRESHOLD
+  bool shape_specialize;        // KILN_SHAPE_SPECIALIZE
+  int64_t compile_delay_ms;     // KILN_COMPILE_DELAY_MS (tests)
+  int64_t queue_low_watermark;  // KILN_QUEUE_LOW_WATERMARK, 0: off
+  std::string dump_dir;         // empty: off
+  bool cache;                   // KILN_CACHE: keep compiled kernels in the persistent store
+  std::string cache_dir;        // KILN_CACHE_DIR, resolved ("" when no default can be found)
+  bool cache_read_only;         // KILN_CACHE_READONLY
+  int64_t cache_max_mb;         // KILN_CACHE_MAX_MB
 
   bool log_enabled(std::string_view channel) const { return channel_in(log, channel); }
   bool operator==(const Settings&) const = default;  // tests compare whole settings

@@ -15,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -50,6 +51,30 @@ class PendingTrace {
     trace_.hold_until_ops = hold_until_ops;
   }
   bool ran_as_library() const { return trace_.ran_as_library; }
+  // What a trace the device queue's low watermark cut
+  // (KILN_QUEUE_LOW_WATERMARK) left for the trace that continues it: its
+  // start key and tier, its chain key, and the ops recorded since the trace
+  // that began the chain.
+  struct Continuation {
+    uint64_t start_key;
+    bool counts_only;
+    uint64_t chain_key;
+    size_t ops;
+  };
+  // The continuation the pending trace starts from (its first op was just
+  // recorded), if the trace before it was cut; it starts so, fused.
+  std::optional<Continuation> take_continuation() {
+    std::optional<Continuation> c = continuation_;
+    continuation_.reset();
+    if (c) {
+      trace_.chain_key = c->chain_key;
+      ops_before_ = c->ops;
+    }
+    return c;
+  }
+  // Ops recorded since the last flush that was not a cut: what
+  // KILN_TRACE_MAX_OPS counts, wherever the queue cut the trace.
+  size_t ops_in_chain() const { return ops_before_ + trace_.ops.size(); }
   // Whether the trace holds its ops' library launches, and until how many
   // ops (Trace::hold_until_ops).
   bool holds_launches() const { return trace_.hold_until_ops > 0; }
@@ -72,7 +97,11 @@ class PendingTrace {
   // the trace frees that through `free_later` after the flush, and this
   // returns true.
   bool on_free(void* base, const std::function<void(void*)>& free_later);
-  Trace take();
+  // The pending trace, for a flush; `cut`: the queue's low watermark cut it
+  // and the next trace continues it. `chain`: compute Trace::chain_key.
+  Trace take(bool cut, bool chain);
+  // A flush found nothing pending: a trace cut before it ended there.
+  void end_chain() { continuation_.reset(); }
 
   Trace trace_;
   std::unordered_map<const void*, int32_t> live_;  // base -> buffer id
@@ -81,6 +110,8 @@ class PendingTrace {
   // Memory handed out by adopt_held_block, by base, to the buffer it came
   // from, until the output it backs is registered (buffer()).
   std::unordered_map<const void*, int32_t> adopted_;
+  std::optional<Continuation> continuation_;
+  size_t ops_before_ = 0;  // of the chain the pending trace continues
 };
 
 class Recorder {
@@ -90,7 +121,8 @@ class Recorder {
   Recorder& operator=(const Recorder&) = delete;
 
   // Runs `append(PendingTrace&)` with the recorder held; returns how many
-  // ops are pending after it. `append` must not free device memory.
+  // ops are pending after it (since the last flush, a cut one included).
+  // `append` must not free device memory.
   template <class Append>
   size_t record(Append&& append) {
     auto lock = hold();
@@ -103,13 +135,17 @@ class Recorder {
   // `launch(const Trace&)` with the recorder held. The trace is destroyed
   // after the lock is released, also when `launch` throws: its keepalives
   // may run storage deleters that free into this recorder.
+  // `cut` and `chain` as PendingTrace::take's.
   template <class Launch>
-  void flush(Launch&& launch) {
+  void flush(Launch&& launch, bool cut = false, bool chain = false) {
     Trace taken;  // outlives the lock
     auto lock = hold();
     drain_deferred_frees();
-    if (pending_.size() == 0) return;
-    taken = pending_.take();
+    if (pending_.size() == 0) {
+      pending_.end_chain();
+      return;
+    }
+    taken = pending_.take(cut, chain);
     launch(static_cast<const Trace&>(taken));
   }
 

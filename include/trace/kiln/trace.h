@@ -117,6 +117,10 @@ struct Trace {
   // torch.use_deterministic_algorithms(True) was on at its first op: its
   // tiers are decided by counts alone, whatever the caches hold.
   bool counts_only = false;
+  // Under KILN_QUEUE_LOW_WATERMARK: a hash of the ops (op_hash) of this trace
+  // and of the traces it continues, the same wherever the queue cut them.
+  // The adaptive policy tells the trace after it apart by it (0 otherwise).
+  uint64_t chain_key = 0;
   bool empty() const { return ops.empty(); }
 };
 

@@ -17,12 +17,13 @@
 
 namespace kiln::dispatch {
 
-void flush_trace(runtime::Device& dev, std::string_view reason) {
+void flush_trace(runtime::Device& dev, std::string_view reason, bool cut) {
   if (!trace::lazy_mode()) return;
+  const bool chain = settings().queue_low_watermark > 0;  // the engine tells traces apart by Trace::chain_key
   std::string failure;
   delivering_launch_errors(reason, [&] {
     try {
-      trace::recorder(dev.index()).flush([&](const trace::Trace& t) { engine::flush(dev, t, reason); });
+      trace::recorder(dev.index()).flush([&](const trace::Trace& t) { engine::flush(dev, t, reason); }, cut, chain);
     } catch (const runtime::LaunchError&) {
       throw;  // a blocking launch failed: eager's error, at the op
     } catch (const std::exception& e) {

@@ -13,7 +13,9 @@ namespace kiln::dispatch {
 // Compiles and launches what the device recorded; a no-op in eager mode or
 // when nothing is pending. `reason` is counted in the metrics. With
 // KILN_LAUNCH_BLOCKING a failed launch raises here, as eager's error.
-void flush_trace(runtime::Device& dev, std::string_view reason);
+// `cut`: the device's queue ran low (KILN_QUEUE_LOW_WATERMARK) and the next
+// trace continues this one (trace::PendingTrace::Continuation).
+void flush_trace(runtime::Device& dev, std::string_view reason, bool cut = false);
 
 // Flushes, waits for every launch on the device and delivers its pending
 // error as a c10::Error (the GIL is released while waiting). `reason` is
