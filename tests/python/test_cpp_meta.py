@@ -12,6 +12,7 @@ import warnings
 import pytest
 import torch
 
+import kiln
 from conftest import DEVICE, REPO, run_python
 
 FIRST_OPS = """
@@ -152,12 +153,21 @@ def test_encoder_layer_and_attention_metas_give_eager_cpus_geometry(mode, norm_f
     layer = torch.nn.TransformerEncoderLayer(8, 2, 16, batch_first=True, norm_first=norm_first).eval()
     x = torch.randn(3, 5, 8)
     q, k, v = torch.randn(2, 2, 5, 4), torch.randn(2, 2, 7, 4), torch.randn(2, 2, 7, 4)
+    qkv = torch.randn(2, 5, 24)
     attention = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
     cases = {
         "encoder": lambda to: _encoder_layer_fwd(to(x), layer, to),
         "encoder_transposed_input": lambda to: _encoder_layer_fwd(to(x).transpose(0, 1), layer, to),
         "encoder_empty": lambda to: _encoder_layer_fwd(to(x[:0]), layer, to),
         "attention": lambda to: attention(to(q), to(k), to(v)),
+        # As attention modules call it: (batch, length, heads, dim) transposed,
+        # and sliced from one qkv projection (Hugging Face GPT-2).
+        "attention_transposed": lambda to: attention(
+            *(to(t).transpose(1, 2).contiguous().transpose(1, 2) for t in (q, k, v)), 0.0, True
+        ),
+        "attention_from_qkv": lambda to: attention(
+            *(t.view(2, 5, 2, 4).transpose(1, 2) for t in to(qkv).split(8, dim=2)), 0.0, True
+        ),
         "attention_causal_bf16": lambda to: attention(to(q).bfloat16(), to(k).bfloat16(), to(v).bfloat16(), 0.0, True),
     }
     with torch.no_grad():
@@ -167,6 +177,15 @@ def test_encoder_layer_and_attention_metas_give_eager_cpus_geometry(mode, norm_f
             for g, e in zip(*(((r,) if isinstance(r, torch.Tensor) else r) for r in (got, want))):
                 assert (g.shape, g.stride(), g.dtype) == (e.shape, e.stride(), e.dtype), name
                 torch.testing.assert_close(g.cpu(), e, msg=name)
+            # The geometry was the meta kernel's: a later call is launched, not
+            # run on the host (where the CPU kernel's geometry would mend a
+            # wrong meta kernel).
+            getattr(torch, DEVICE).synchronize()
+            kiln.metrics.reset()
+            fn(lambda t: t.to(DEVICE))
+            getattr(torch, DEVICE).synchronize()
+            waits = kiln.metrics.counters().get("sync_points", {})
+            assert set(waits) <= {"synchronize", "copy to device"}, (name, waits)
 
 
 def test_written_meta_errors_are_eager_cpus(mode):

@@ -8,6 +8,7 @@
 // with the CPU kernel's results for each new argument pattern, so a
 // disagreement runs the op on the host instead of giving another geometry.
 #include <ATen/ATen.h>
+#include <ATen/ExpandUtils.h>
 #include <ATen/MetaFunctions.h>
 #include <ATen/OpMathType.h>
 #include <ATen/TensorIterator.h>
@@ -83,10 +84,12 @@ at::Tensor transformer_encoder_layer_fwd_meta(
   return at::empty(src.sizes(), src.options().memory_format(at::MemoryFormat::Contiguous));
 }
 
-// at::native::_scaled_dot_product_flash_attention_cpu: a contiguous output
-// of the query's sizes, and the log-sum-exp in the op-math dtype, allocated
-// as (batch, length, heads) and returned transposed. Its other checks
-// compare dtypes and sizes for equality: the first-sight check raises them.
+// at::native::_scaled_dot_product_flash_attention_cpu: an output laid out
+// like the query (empty_like: a query transposed from (batch, length,
+// heads, dim), as attention modules make it, gives an output so
+// transposed, dense), and the log-sum-exp in the op-math dtype, allocated as
+// (batch, length, heads) and returned transposed. Its other checks compare
+// dtypes and sizes for equality: the first-sight check raises them.
 std::tuple<at::Tensor, at::Tensor> flash_attention_for_cpu_meta(const at::Tensor& query, const at::Tensor& key,
                                                                 const at::Tensor& value, double /*dropout_p*/,
                                                                 bool /*is_causal*/,
@@ -97,7 +100,10 @@ std::tuple<at::Tensor, at::Tensor> flash_attention_for_cpu_meta(const at::Tensor
   const int64_t batch = query.size(0), length = query.size(2), heads = query.size(1);
   TORCH_CHECK(query.dim() == 4 && key.dim() == 4 && value.dim() == 4,
               "scaled_dot_product_attention_flash_attention: Accept only 4 dims inputs shape of {B, H, T, K}");
-  at::Tensor output = at::empty(query.sizes(), query.options());
+  // empty_like's preserve: the query's strides, made dense in their order
+  // (a query sliced from a fused qkv projection has gaps).
+  at::Tensor output =
+      at::empty_strided(query.sizes(), at::infer_dense_strides(query.sizes(), query.strides()), query.options());
   at::Tensor logsumexp =
       at::empty({batch, length, heads}, query.options().dtype(at::toOpMathType(query.scalar_type()))).transpose(1, 2);
   return {std::move(output), std::move(logsumexp)};
