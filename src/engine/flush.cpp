@@ -386,6 +386,17 @@ bool kernels_cached(PreparedPlan& fused, KernelKeys& keys) {
   return true;
 }
 
+// Whether no kernel of `plan` holds two ops or more: each kernel would do
+// what its op's library kernel does (varlen_infer's embedding add and its
+// final layer norm, each between two untraced ops), and compiling them
+// costs a first pass more than the fused kernels ever return there
+// (docs/tuning.md, "Tiers").
+bool fuses_nothing(const fusion::Plan& plan) {
+  for (const fusion::PlannedKernel& pk : plan.kernels)
+    if (plan.regions[pk.region].ops.size() > 1) return false;
+  return true;
+}
+
 // What tells the trace after `trace` apart: its plan's key; under
 // KILN_QUEUE_LOW_WATERMARK its chain key, the same wherever the queue cut
 // it, so that the next trace's key and tier do not depend on timing.
@@ -393,8 +404,9 @@ uint64_t after_trace(const trace::Trace& trace, const cache::Key& plan_key) {
   return g_options.queue_low_watermark > 0 ? trace.chain_key : plan_key.low ^ plan_key.high;
 }
 
-// A trace whose ops already ran as library kernels: counts its occurrence,
-// and compiles its fused kernels (on the compile thread under
+// A trace whose ops already ran as library kernels: unless its plan fuses
+// nothing (then it stays in the library tier), counts its occurrence, and
+// compiles its fused kernels (on the compile thread under
 // KILN_ASYNC_COMPILE) once it was seen KILN_COMPILE_THRESHOLD times, or
 // takes them from the caches. Decided by counts and cache contents, never
 // by whether a compile has finished: a kernel queued for compiling is in
@@ -403,6 +415,7 @@ uint64_t after_trace(const trace::Trace& trace, const cache::Key& plan_key) {
 Prepared prepare_library_trace(const trace::Trace& trace, const cache::Key& plan_key) {
   const Prepared compiled = g_options.async_compile ? Prepared::Queued : Prepared::Ready;
   if (std::shared_ptr<const PreparedPlan> made = plan_cache().find(plan_key)) {
+    if (made->fuses_nothing) return Prepared::Nothing;
     // Made by an earlier trace, its kernels maybe still compiling. (Not
     // Ready: a key marked for fusing by another trace's plan ran into a
     // different trace under that key in gpt_train's first step, a fused
@@ -413,6 +426,11 @@ Prepared prepare_library_trace(const trace::Trace& trace, const cache::Key& plan
   if (log_enabled("fusion")) {
     for (size_t r = 0; r < fused->plan.regions.size(); ++r)
       log("fusion", "(library tier, planned) " + describe(trace, fused->plan.regions[r], r, true));
+  }
+  if (fuses_nothing(fused->plan)) {
+    fused->fuses_nothing = true;  // remembered, so that its next occurrences skip planning
+    plan_cache().insert(plan_key, std::move(fused));
+    return Prepared::Nothing;
   }
   KernelKeys keys(fused->plan.kernels.size());
   const bool cached = kernels_cached(*fused, keys) && !trace.counts_only;
@@ -490,7 +508,8 @@ void flush(runtime::Device& dev, const trace::Trace& trace, std::string_view rea
   }
   metrics.add(Counter::Tiers, "fused");
   history().flushed(dev.index(), after_trace(trace, plan_key), trace.start_key, Prepared::Ready);
-  if (std::shared_ptr<const PreparedPlan> reused = plan_cache().find(plan_key)) {
+  std::shared_ptr<const PreparedPlan> reused = plan_cache().find(plan_key);
+  if (reused && !reused->fuses_nothing) {
     metrics.add(Counter::PlanCache, "hit");
     launch_reused(dev, trace, *reused);
     return;

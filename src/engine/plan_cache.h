@@ -29,6 +29,9 @@ struct PreparedPlan {
   // queued for the compile thread): a library-tier trace that finds it runs
   // fused next time without a wait (flush.cpp, TraceHistory).
   bool ready = false;
+  // No kernel of the plan holds two ops or more: fusing gains nothing over
+  // the ops' library kernels, and the adaptive policy never compiles it.
+  bool fuses_nothing = false;
 };
 
 class PlanCache {

@@ -143,11 +143,23 @@ TEST(Engine, OptionsFollowTheKnobs) {
 
 namespace {
 
-// y = x * 5 + c over 48 elements: a kernel of its own per c.
+// y = (x * 5 + c) * 1 over 48 elements: two ops, fused into one kernel (a
+// trace whose kernels each hold one op is never compiled by the adaptive
+// policy: AnAdaptiveTraceThatFusesNothingIsNeverCompiled), a kernel of its
+// own per c. The first op's output is a fresh buffer the trace's owner
+// freed: no store.
 trace::Trace axpb_plus(void* x, void* y, double c) {
   trace::Trace t = axpb(x, y, 48, 5.0);
   for (ir::Node& n : t.ops[0].nodes)
     if (n.op == Op::Constant) n.imm = c;
+  t.buffers[1] = {nullptr, 48 * 4, true, true, nullptr};  // x * 5 + c: dead, never stored
+  t.buffers.push_back({y, 48 * 4, false, false, nullptr});
+  trace::TraceOp times_one;
+  times_one.name = "test::times_one";
+  times_one.sizes = {48};
+  times_one.store(contiguous(2, 48), times_one.add_node(Op::Mul, DType::Float32, times_one.load(contiguous(1, 48)),
+                                                        times_one.constant(DType::Float32, 1)));
+  t.ops.push_back(std::move(times_one));
   return t;
 }
 
@@ -199,6 +211,48 @@ TEST(Engine, LibraryTierRunsATraceUntilItsKernelsWereQueuedAndSeenAgain) {
   // Without the compile thread and with threshold 1 (the fixed policy) nothing is a library trace.
   engine::configure(engine::Options{});
   EXPECT_FALSE(engine::start_trace(0, axpb_plus(nullptr, nullptr, 7).ops[0], false).ran_as_library);
+}
+
+// A trace whose every kernel would hold one op runs as its library kernels
+// at every occurrence under the adaptive policy, and compiles nothing: its
+// fused kernel would do what the op's library kernel does. The fixed policy
+// fuses it at first sight.
+TEST(Engine, AnAdaptiveTraceThatFusesNothingIsNeverCompiled) {
+  runtime::Device dev(0, 1 << 20, false);
+  auto* x = static_cast<float*>(dev.allocate(56 * 4));
+  auto* y = static_cast<float*>(dev.allocate(56 * 4));
+  for (int i = 0; i < 56; ++i) x[i] = static_cast<float>(i);
+  auto occurrences = [&](const engine::Options& o) {
+    engine::configure(o);
+    Metrics::global().reset();
+    std::vector<bool> library;
+    for (int occurrence = 0; occurrence < 4; ++occurrence) {
+      trace::Trace t = axpb(x, y, 56, 7.0);  // y = x * 7 + 1: one op, a size no other test flushes
+      const engine::TraceStart start = engine::start_trace(0, t.ops[0], false);
+      t.start_key = start.key;
+      t.ran_as_library = start.ran_as_library;
+      library.push_back(start.ran_as_library);
+      engine::flush(dev, t, "test");
+      dev.synchronize();
+      engine::program_waited(0);
+    }
+    return library;
+  };
+  engine::Options adaptive;
+  adaptive.async_compile = true;
+  adaptive.compile_threshold = 1;
+  EXPECT_EQ(occurrences(adaptive), std::vector<bool>(4, true));
+  EXPECT_EQ(Metrics::global().get(Counter::Tiers, "library"), 4);
+  // Not compiled, nor looked up: no kernel was resolved.
+  EXPECT_EQ(Metrics::global().get(Counter::KernelsCompiled, "pointwise"), 0);
+  EXPECT_EQ(Metrics::global().get(Counter::ExecutableCache, "miss"), 0);
+  EXPECT_EQ(Metrics::global().get(Counter::ExecutableCache, "hit"), 0);
+  EXPECT_EQ(occurrences(engine::Options{}), std::vector<bool>(4, false));  // the fixed policy
+  EXPECT_EQ(Metrics::global().get(Counter::ExecutableLaunches, "pointwise"), 4);
+  EXPECT_EQ(y[3], 3.f * 7.f + 1.f);
+  engine::configure(engine::Options{});
+  dev.free(x);
+  dev.free(y);
 }
 
 // Once the program has waited for the device (a step's end), a trace whose
@@ -263,13 +317,11 @@ TEST(Engine, TheDeviceWaitsForItsOwnKernelNotTheWholeCompileQueue) {
   engine::configure(o);
   engine::wait_for_compiler_warm_up();
   runtime::Device dev(0, 1 << 20, false);
-  auto* x = static_cast<float*>(dev.allocate(40 * 4));
-  auto* y = static_cast<float*>(dev.allocate(40 * 4));
-  for (int i = 0; i < 40; ++i) x[i] = static_cast<float>(i);
-  auto make = [&](double c, bool library) {  // y = x * 3 + c: a kernel of its own per c
-    trace::Trace t = axpb(x, y, 40, 3.0);
-    for (ir::Node& n : t.ops[0].nodes)
-      if (n.op == Op::Constant) n.imm = c;
+  auto* x = static_cast<float*>(dev.allocate(48 * 4));
+  auto* y = static_cast<float*>(dev.allocate(48 * 4));
+  for (int i = 0; i < 48; ++i) x[i] = static_cast<float>(i);
+  auto make = [&](double c, bool library) {  // y = x * 5 + c: a kernel of its own per c
+    trace::Trace t = axpb_plus(x, y, c);
     t.ran_as_library = library;
     return t;
   };
@@ -279,7 +331,7 @@ TEST(Engine, TheDeviceWaitsForItsOwnKernelNotTheWholeCompileQueue) {
   dev.synchronize();
   const auto ms =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_EQ(y[2], 2.f * 3.f + 33.f);
+  EXPECT_EQ(y[2], 2.f * 5.f + 33.f);
   EXPECT_LT(ms, 550) << "the launch waited behind the other queued compiles";
   engine::configure(engine::Options{});
   dev.free(x);

@@ -8,7 +8,8 @@ for the device (a .cpu(), a synchronize), and at the latest from the
 occurrence after next. A trace is told apart at its first op, by that op
 and the trace flushed before it. Which tier an occurrence runs in depends
 on counts, program order and cache contents only, so results never depend
-on compile timing. Library kernels give eager CPU's bits; kiln's own float
+on compile timing. A trace whose fused kernels would each hold one op
+stays in the library tier. Library kernels give eager CPU's bits; kiln's own float
 sin, tanh and erf may differ from them by an ulp, so the tiers agree within
 float tolerance (docs/tuning.md, "Tiers").
 """
@@ -93,6 +94,35 @@ def test_a_trace_never_seen_often_enough_compiles_nothing():
     few = run(SAME_TRACE_FIVE_TIMES, 6)
     assert few["close"] and few["tiers"] == {"library": 4}, few
     assert sum(few["compiled"].values()) == 0, few
+
+
+# Traces that fuse nothing: an embedding's add and a layer norm, each
+# between two untraced ops (index_select, mm), as varlen_infer's are.
+FUSES_NOTHING = """
+import json, torch, kiln
+d = kiln.DEVICE_NAME
+torch.manual_seed(0)
+F = torch.nn.functional
+table, pos, w = torch.randn(50, 64), torch.randn(16, 64), torch.randn(64, 64)
+idx = torch.randint(0, 50, (16,))
+tabled, posd, wd, idxd = table.to(d), pos.to(d), w.to(d), idx.to(d)
+got = [torch.mm(F.layer_norm(torch.mm(F.embedding(idxd, tabled) + posd, wd), (64,)), wd).cpu() for _ in range(5)]
+want = [torch.mm(F.layer_norm(torch.mm(F.embedding(idx, table) + pos, w), (64,)), w) for _ in range(5)]
+c = kiln.metrics.counters()
+print(json.dumps({"tiers": c["tiers"], "compiled": c["kernels_compiled"], "regions": c["regions"],
+                  "equal": all(torch.equal(g, x) for g, x in zip(got, want))}))
+"""
+
+
+def test_a_trace_whose_kernels_would_each_hold_one_op_is_never_compiled():
+    # Its fused kernels would do what its ops' library kernels do.
+    out = run(FUSES_NOTHING, 1, async_compile="1")
+    assert out["equal"], out  # library kernels: eager CPU's bits
+    assert "fused" not in out["tiers"] and sum(out["compiled"].values()) == 0, out
+    # The fixed policy fuses the same traces, into kernels of one op each.
+    fixed = run(FUSES_NOTHING, 1)
+    assert "library" not in fixed["tiers"] and sum(fixed["compiled"].values()) > 0, fixed
+    assert set(fixed["regions"]) == {"1 op"}, fixed
 
 
 # The same trace six times with no wait for the device between them: an
