@@ -28,6 +28,8 @@ with torch.no_grad():  # inference: nn.TransformerEncoderLayer's fused op, and a
     e = layer(torch.ones(2, 3, 8, device={device!r}))
     q = torch.ones(1, 2, 3, 4, device={device!r})
     a = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
+w = torch.ones(4, device={device!r}, requires_grad=True)
+torch.nn.functional.layer_norm(x, (4,), w).sum().backward()  # training: layer_norm's backward
 torch.{device}.synchronize()
 assert e.shape == (2, 3, 8) and a.shape == (1, 2, 3, 4), (e.shape, a.shape)
 assert y.shape == (12, 4), y.shape
@@ -94,9 +96,16 @@ def test_table_op_errors_are_eager_cpus(mode):
     assert str(dev.value) == str(cpu.value)
 
 
+def _layer_norm_backward(t, shape, weight, bias, mask):
+    """native_layer_norm_backward of `t` (any layout) with a gradient laid out like it."""
+    _, mean, rstd = torch.ops.aten.native_layer_norm(t, shape, weight, bias, 1e-5)
+    grads = torch.ops.aten.native_layer_norm_backward(t * 0.5, t, shape, mean, rstd, weight, bias, mask)
+    return tuple(g for g in grads if g is not None)
+
+
 @pytest.mark.parametrize("layout", ["contiguous", "channels_last", "transposed", "expanded"])
 def test_written_metas_give_eager_cpus_geometry(mode, layout):
-    """relu, where and native_layer_norm, whose meta kernels kiln writes (no
+    """relu, where, native_layer_norm and its backward, whose meta kernels kiln writes (no
     C++ meta function in ATen): sizes, strides and dtypes as on CPU, over the
     layouts, dtype promotions and mixed-precision parameters they handle."""
     a = _layouts()[layout]
@@ -115,6 +124,14 @@ def test_written_metas_give_eager_cpus_geometry(mode, layout):
             t.bfloat16(), [n], to(w), to(w), 1e-5
         ),
         "layer_norm_half": lambda t, to: torch.ops.aten.native_layer_norm(t.half(), [n], None, None, 1e-5),
+        "layer_norm_backward": lambda t, to: _layer_norm_backward(t, [n], to(w), to(o), [True, True, True]),
+        "layer_norm_backward_input_only": lambda t, to: _layer_norm_backward(t, [n], to(w), None, [True, False, False]),
+        "layer_norm_backward_2d_no_affine": lambda t, to: _layer_norm_backward(
+            t, list(t.shape[-2:]), None, None, [True, False, False]
+        ),
+        "layer_norm_backward_bf16_float_weights": lambda t, to: _layer_norm_backward(
+            t.bfloat16(), [n], to(w), to(o), [True, True, True]
+        ),
     }
     for name, fn in cases.items():
         with warnings.catch_warnings():
@@ -186,6 +203,27 @@ def test_encoder_layer_and_attention_metas_give_eager_cpus_geometry(mode, norm_f
             getattr(torch, DEVICE).synchronize()
             waits = kiln.metrics.counters().get("sync_points", {})
             assert set(waits) <= {"synchronize", "copy to device"}, (name, waits)
+
+
+def test_layer_norm_backward_is_launched_not_run_on_the_host(mode):
+    """A training step's layer norm backward: after its first call, the
+    meta kernel's geometry is the CPU kernel's, so the op is launched (a
+    wrong geometry would run it on the host at every call)."""
+    x, w, b = torch.randn(6, 5, 8), torch.randn(8), torch.randn(8)
+
+    def backward():
+        return _layer_norm_backward(x.to(DEVICE), [8], w.to(DEVICE), b.to(DEVICE), [True, True, True])
+
+    want = _layer_norm_backward(x, [8], w, b, [True, True, True])
+    backward()
+    getattr(torch, DEVICE).synchronize()
+    kiln.metrics.reset()
+    got = backward()
+    getattr(torch, DEVICE).synchronize()
+    waits = kiln.metrics.counters().get("sync_points", {})
+    assert set(waits) <= {"synchronize", "copy to device"}, waits
+    for g, e in zip(got, want):
+        torch.testing.assert_close(g.cpu(), e)
 
 
 def test_written_meta_errors_are_eager_cpus(mode):

@@ -1,7 +1,8 @@
 // C++ meta kernels written by hand, for common ops whose only Meta kernel is
 // a Python reference that imports torch._dynamo and sympy on its first call
 // (0.3-1.3 s in a fresh process: an inference script's first layer_norm,
-// relu, where, nn.TransformerEncoderLayer or scaled_dot_product_attention)
+// relu, where, nn.TransformerEncoderLayer or scaled_dot_product_attention,
+// a training script's first layer_norm backward)
 // and has no C++ meta function in ATen to call instead (see
 // cpp_meta.h). Each computes what the op's CPU kernel allocates, the way
 // that kernel does; the first-sight check (argument_check.h) compares it
@@ -71,6 +72,22 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm_meta(const at::
   return {std::move(y), std::move(mean), std::move(rstd)};
 }
 
+// at::native::layer_norm_backward_cpu: each gradient the mask asks for,
+// contiguous, sized and typed like the input, the weight or the bias.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> native_layer_norm_backward_meta(
+    const at::Tensor& /*grad_out*/, const at::Tensor& input, c10::SymIntArrayRef normalized_shape,
+    const at::Tensor& /*mean*/, const at::Tensor& /*rstd*/, const std::optional<at::Tensor>& weight_opt,
+    const std::optional<at::Tensor>& bias_opt, std::array<bool, 3> output_mask) {
+  const at::Tensor weight = weight_opt.value_or(at::Tensor());
+  const at::Tensor bias = bias_opt.value_or(at::Tensor());
+  (void)at::native::_check_layer_norm_inputs(input, C10_AS_INTARRAYREF_SLOW(normalized_shape), weight, bias);
+  auto gradient_of = [](bool wanted, const at::Tensor& t) {
+    if (!wanted || !t.defined()) return at::Tensor();
+    return at::empty(t.sizes(), t.options().memory_format(at::MemoryFormat::Contiguous));
+  };
+  return {gradient_of(output_mask[0], input), gradient_of(output_mask[1], weight), gradient_of(output_mask[2], bias)};
+}
+
 // at::native::transformer_encoder_layer_forward on a strided input: its
 // result is the last layer_norm's or add's, contiguous whatever the input's
 // strides (the Python meta gives the input's strides).
@@ -116,6 +133,8 @@ std::vector<std::pair<const char*, c10::KernelFunction>> written_meta_kernels() 
       {"aten::relu", c10::KernelFunction::makeFromUnboxedRuntimeFunction(&relu_meta)},
       {"aten::where.self", c10::KernelFunction::makeFromUnboxedRuntimeFunction(&where_meta)},
       {"aten::native_layer_norm", c10::KernelFunction::makeFromUnboxedRuntimeFunction(&native_layer_norm_meta)},
+      {"aten::native_layer_norm_backward",
+       c10::KernelFunction::makeFromUnboxedRuntimeFunction(&native_layer_norm_backward_meta)},
       {"aten::_transformer_encoder_layer_fwd",
        c10::KernelFunction::makeFromUnboxedRuntimeFunction(&transformer_encoder_layer_fwd_meta)},
       {"aten::_scaled_dot_product_flash_attention_for_cpu",
