@@ -508,6 +508,9 @@ void flush(runtime::Device& dev, const trace::Trace& trace, std::string_view rea
   }
   metrics.add(Counter::Tiers, "fused");
   history().flushed(dev.index(), after_trace(trace, plan_key), trace.start_key, Prepared::Ready);
+  // A plan that fuses nothing holds only the library tier's verdict, no
+  // resolved kernels: a fused occurrence (the fixed policy's, a large first
+  // op's) plans its trace afresh.
   std::shared_ptr<const PreparedPlan> reused = plan_cache().find(plan_key);
   if (reused && !reused->fuses_nothing) {
     metrics.add(Counter::PlanCache, "hit");
