@@ -53,6 +53,7 @@ void lower_this_threads_priority() {
 }
 
 void compile_loop(Compiles* c) {
+  pthread_setname_np(pthread_self(), "kiln-compile");
   lower_this_threads_priority();
   std::unique_lock<std::mutex> lock(c->mu);
   for (;;) {

@@ -60,6 +60,7 @@ std::vector<ir::Kernel> warm_up_kernels() {
 }
 
 void warm_up() {
+  pthread_setname_np(pthread_self(), "kiln-warmup");
   try {
     double ms = 0;
     for (const ir::Kernel& k : warm_up_kernels()) {

@@ -28,6 +28,10 @@ Options g_options;
 std::once_flag g_pool_once;
 runtime::ThreadPool* g_pool = nullptr;
 
+// Made by configure(), on the program's thread: a thread inherits its
+// creator's scheduling policy, and the compile and warm-start threads that
+// load kernels run at idle priority. Pool threads made there would stall a
+// kernel behind every other runnable thread of the machine.
 runtime::ThreadPool& pool() {
   std::call_once(g_pool_once, [] { g_pool = new runtime::ThreadPool(g_options.num_threads); });  // never destroyed
   return *g_pool;
@@ -218,6 +222,7 @@ void configure(const Options& options) {
     fs::remove(probe, ec);
   }
   g_options = options;
+  pool();
   open_store({options.cache_dir, options.cache_read_only, options.cache_max_bytes});
   const std::string dir = store_dir();  // "" when refused: verdicts stay in memory too
   open_verdicts(dir,

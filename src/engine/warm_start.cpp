@@ -78,6 +78,7 @@ void make_ready(std::vector<cache::Key> kernels, std::vector<Blocks> memory, War
   // Only on a core nothing else wants: the program's own threads come first.
   sched_param none{};
   pthread_setschedparam(pthread_self(), SCHED_IDLE, &none);
+  pthread_setname_np(pthread_self(), "kiln-warmstart");
   // Kernels first: the first flush waits for them; memory faults come later in a step.
   for (const cache::Key& key : kernels) {
     if (w->stop.load(std::memory_order_relaxed)) return;

@@ -3,6 +3,8 @@
 // assignment: results never depend on which thread ran what).
 #include "kiln/thread_pool.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 
 namespace kiln::runtime {
@@ -35,6 +37,7 @@ void ThreadPool::run_pieces() {
 }
 
 void ThreadPool::worker_loop(int index) {
+  pthread_setname_np(pthread_self(), "kiln-pool");  // for top -H, perf and the priority test
   uint64_t seen = 0;
   for (;;) {
     {
