@@ -30,6 +30,8 @@ with torch.no_grad():  # inference: nn.TransformerEncoderLayer's fused op, and a
     a = torch.nn.functional.scaled_dot_product_attention(q, q, q, is_causal=True)
 w = torch.ones(4, device={device!r}, requires_grad=True)
 torch.nn.functional.layer_norm(x, (4,), w).sum().backward()  # training: layer_norm's backward
+k = torch.ones(2, 3, 3, 3, device={device!r}, requires_grad=True)
+torch.nn.functional.conv2d(torch.ones(1, 3, 5, 5, device={device!r}), k, padding=1).sum().backward()  # a conv net's
 torch.{device}.synchronize()
 assert e.shape == (2, 3, 8) and a.shape == (1, 2, 3, 4), (e.shape, a.shape)
 assert y.shape == (12, 4), y.shape
@@ -224,6 +226,74 @@ def test_layer_norm_backward_is_launched_not_run_on_the_host(mode):
     assert set(waits) <= {"synchronize", "copy to device"}, waits
     for g, e in zip(got, want):
         torch.testing.assert_close(g.cpu(), e)
+
+
+def _conv_cases():
+    torch.manual_seed(0)
+    x1, x2, x3 = torch.randn(2, 4, 9), torch.randn(2, 4, 9, 7), torch.randn(1, 4, 5, 6, 7)
+    w1, w2, w3 = torch.randn(6, 4, 3), torch.randn(6, 4, 3, 3), torch.randn(6, 4, 3, 3, 3)
+    wg, wt, b = torch.randn(6, 2, 3, 3), torch.randn(4, 3, 3, 3), torch.randn(6)
+    cl = torch.channels_last
+    F = torch.nn.functional
+    return {
+        "conv1d": lambda to: F.conv1d(to(x1), to(w1), to(b), padding=1),
+        "conv1d_strided_input": lambda to: F.conv1d(to(x1.transpose(1, 2).contiguous().transpose(1, 2)), to(w1)),
+        "conv2d": lambda to: F.conv2d(to(x2), to(w2), to(b), stride=2, padding=1),
+        "conv2d_no_bias_dilated": lambda to: F.conv2d(to(x2), to(w2), dilation=2, padding=2),
+        "conv2d_channels_last_input": lambda to: F.conv2d(to(x2.contiguous(memory_format=cl)), to(w2), padding=1),
+        "conv2d_channels_last_weight": lambda to: F.conv2d(to(x2), to(w2.contiguous(memory_format=cl))),
+        "conv2d_groups": lambda to: F.conv2d(to(x2), to(wg), groups=2, padding=(1, 0)),
+        "conv2d_double": lambda to: F.conv2d(to(x2.double()), to(w2.double()), padding=1),
+        "conv2d_double_channels_last": lambda to: F.conv2d(
+            to(x2.double().contiguous(memory_format=cl)), to(w2.double()), padding=1
+        ),
+        "conv2d_bf16": lambda to: F.conv2d(to(x2.bfloat16()), to(w2.bfloat16())),
+        "conv2d_empty_batch": lambda to: F.conv2d(to(x2[:0]), to(w2)),
+        "conv3d": lambda to: F.conv3d(to(x3), to(w3), padding=1),
+        "conv_transpose2d": lambda to: F.conv_transpose2d(to(x2), to(wt), stride=2, padding=1, output_padding=1),
+        "conv_transpose2d_channels_last": lambda to: F.conv_transpose2d(
+            to(x2.contiguous(memory_format=cl)), to(wt), stride=2
+        ),
+    }
+
+
+def test_convolution_meta_gives_eager_cpus_geometry(mode):
+    """aten::convolution, whose meta kernel kiln writes (torch's Python one
+    imports sympy, and leaves every output contiguous): the layout the CPU
+    kernel's backend gives, channels last included, for 1-d to 3-d,
+    transposed, grouped, dilated and double convolutions; and a later call is
+    launched, not run on the host."""
+    for name, fn in _conv_cases().items():
+        want = fn(lambda t: t)
+        got = fn(lambda t: t.to(DEVICE))
+        assert (got.shape, got.stride(), got.dtype) == (want.shape, want.stride(), want.dtype), name
+        torch.testing.assert_close(got.cpu(), want, msg=name)
+        getattr(torch, DEVICE).synchronize()
+        kiln.metrics.reset()
+        fn(lambda t: t.to(DEVICE))
+        getattr(torch, DEVICE).synchronize()
+        waits = kiln.metrics.counters().get("sync_points", {})
+        assert set(waits) <= {"synchronize", "copy to device"}, (name, waits)
+
+
+def test_convolution_meta_errors_are_eager_cpus(mode):
+    """Shapes a convolution refuses raise eager's error at the op, also once
+    a call of the same pattern has run (the meta kernel checks them)."""
+    F = torch.nn.functional
+    x, w = torch.randn(2, 4, 9, 7), torch.randn(6, 4, 3, 3)
+    F.conv2d(x.to(DEVICE), w.to(DEVICE))  # the pattern's first call: on the host
+    cases = [
+        lambda to: F.conv2d(to(x), to(torch.randn(6, 3, 3, 3))),  # channels
+        lambda to: F.conv2d(to(x), to(w), to(torch.randn(5))),  # bias size
+        lambda to: F.conv2d(to(x[:, :, :2]), to(w)),  # a kernel larger than the padded input
+        lambda to: F.conv2d(to(x), to(torch.randn(6, 2, 3, 3)), groups=3),  # channels not divisible by groups
+    ]
+    for i, case in enumerate(cases):
+        with pytest.raises(RuntimeError) as cpu:
+            case(lambda t: t)
+        with pytest.raises(RuntimeError) as dev:
+            case(lambda t: t.to(DEVICE))
+        assert str(cpu.value).split("\n")[0] in str(dev.value), (i, str(dev.value), str(cpu.value))
 
 
 def test_written_meta_errors_are_eager_cpus(mode):

@@ -265,7 +265,11 @@ void run_on_host(Call& call, std::string_view reason) {
 std::shared_ptr<const InferredShapes> infer_or_run_on_host(Call& call) {
   try {
     return infer_shapes(call.op, call.info.mutable_arg, call.stack, call.first, call.info.shapes);
-  } catch (const std::exception&) {
+  } catch (const std::exception& e) {
+    if (log_enabled("dispatch")) {
+      const std::string why = e.what();
+      log("dispatch", call.info.name + ": no meta geometry, runs on the host: " + why.substr(0, why.find('\n')));
+    }
     run_on_host(call, "data-dependent shape");
     return nullptr;
   }

@@ -1,8 +1,9 @@
 // C++ meta kernels written by hand, for common ops whose only Meta kernel is
 // a Python reference that imports torch._dynamo and sympy on its first call
 // (0.3-1.3 s in a fresh process: an inference script's first layer_norm,
-// relu, where, nn.TransformerEncoderLayer or scaled_dot_product_attention,
-// a training script's first layer_norm backward)
+// relu, where, nn.TransformerEncoderLayer, scaled_dot_product_attention
+// or convolution, a training script's first layer_norm or convolution
+// backward)
 // and has no C++ meta function in ATen to call instead (see
 // cpp_meta.h). Each computes what the op's CPU kernel allocates, the way
 // that kernel does; the first-sight check (argument_check.h) compares it
@@ -13,9 +14,13 @@
 #include <ATen/MetaFunctions.h>
 #include <ATen/OpMathType.h>
 #include <ATen/TensorIterator.h>
+#include <ATen/native/ConvUtils.h>
 #include <ATen/native/TypeProperties.h>
 #include <ATen/native/cpu/mixed_data_type.h>
 #include <ATen/native/layer_norm.h>
+
+#include <optional>
+#include <vector>
 
 #include "dispatch/eager/cpp_meta.h"
 
@@ -126,6 +131,99 @@ std::tuple<at::Tensor, at::Tensor> flash_attention_for_cpu_meta(const at::Tensor
   return {std::move(output), std::move(logsumexp)};
 }
 
+// A CPU tensor with `meta`'s dtype and geometry and no memory (a storage
+// of the meta one's size, with no data): what ATen's convolution backend
+// choice reads (device, dtype, sizes, strides), which on a meta tensor
+// would pick no CPU backend. Views of it may be taken; it is never read.
+at::Tensor cpu_shell(const at::Tensor& meta) {
+  auto impl = c10::make_intrusive<c10::TensorImpl>(
+      c10::Storage(c10::Storage::use_byte_size_t(), meta.storage().nbytes(), c10::DataPtr(nullptr, at::kCPU),
+                   /*allocator=*/nullptr, /*resizable=*/false),
+      c10::DispatchKeySet(c10::DispatchKey::CPU), meta.dtype());
+  impl->set_sizes_and_strides(meta.sizes(), meta.strides(), meta.storage_offset());
+  return at::Tensor(std::move(impl));
+}
+
+// A parameter list of one value stands for the same value in every
+// spatial dimension, as the convolution kernels take it.
+int64_t param_at(c10::SymIntArrayRef values, size_t d) {
+  return (values.size() == 1 ? values[0] : values[d]).guard_int(__FILE__, __LINE__);
+}
+
+// The memory format of the CPU convolution backend's results (output, and
+// in backward the input's and weight's gradients): the backend ATen picks
+// for these arguments, and its format (channels last for a channels-last
+// input or weight, on most backends), as torch's FakeTensor conv finds it.
+// ATen's check_shape_forward raises eager's errors for inconsistent shapes
+// on the way. A 1-d convolution runs as a 2-d one over a contiguous input:
+// its shells are made so, as the CPU kernel's .contiguous() would.
+at::MemoryFormat conv_backend_format(const at::Tensor& input, const at::Tensor& weight,
+                                     const std::optional<at::Tensor>& bias, at::OptionalSymIntArrayRef bias_sizes,
+                                     c10::SymIntArrayRef stride, c10::SymIntArrayRef padding,
+                                     c10::SymIntArrayRef dilation, bool transposed,
+                                     c10::SymIntArrayRef output_padding, const c10::SymInt& groups) {
+  const bool one_d = weight.dim() == 3;
+  const at::Tensor input_shell = cpu_shell(one_d ? at::empty(input.sizes(), input.options()) : input);
+  const at::Tensor weight_shell = cpu_shell(weight);
+  const std::optional<at::Tensor> bias_shell =
+      bias && bias->defined() ? std::optional<at::Tensor>(cpu_shell(*bias)) : std::nullopt;
+  const at::native::ConvBackend backend = at::native::select_conv_backend(
+      input_shell, weight_shell, bias_shell, stride, padding, dilation, transposed, output_padding, groups,
+      bias_shell ? at::OptionalSymIntArrayRef() : bias_sizes);
+  return one_d ? at::native::_determine_backend_memory_format(input_shell.unsqueeze(2), weight_shell.unsqueeze(2),
+                                                              backend)
+               : at::native::_determine_backend_memory_format(input_shell, weight_shell, backend);
+}
+
+// An empty tensor in a convolution backend's format; a 1-d one in channels
+// last is the squeezed 2-d one, as the CPU kernel returns it.
+at::Tensor empty_in_conv_format(std::vector<int64_t> sizes, const at::TensorOptions& options,
+                                at::MemoryFormat format) {
+  if (sizes.size() == 3 && format == at::MemoryFormat::ChannelsLast) {
+    sizes.insert(sizes.begin() + 2, 1);
+    return at::empty(sizes, options.memory_format(format)).squeeze(2);
+  }
+  return at::empty(sizes, options.memory_format(format));
+}
+
+// at::native::convolution on the CPU: the output sizes of the convolution
+// formulas, in the backend's format.
+at::Tensor convolution_meta(const at::Tensor& input, const at::Tensor& weight, const std::optional<at::Tensor>& bias,
+                            c10::SymIntArrayRef stride, c10::SymIntArrayRef padding, c10::SymIntArrayRef dilation,
+                            bool transposed, c10::SymIntArrayRef output_padding, c10::SymInt groups) {
+  const at::MemoryFormat format = conv_backend_format(input, weight, bias, std::nullopt, stride, padding, dilation,
+                                                      transposed, output_padding, groups);
+  const int64_t group_count = groups.guard_int(__FILE__, __LINE__);
+  std::vector<int64_t> sizes{input.size(0), transposed ? weight.size(1) * group_count : weight.size(0)};
+  for (int64_t d = 2; d < weight.dim(); ++d) {
+    const auto i = static_cast<size_t>(d - 2);
+    const int64_t kernel = param_at(dilation, i) * (weight.size(d) - 1) + 1;
+    sizes.push_back(transposed ? (input.size(d) - 1) * param_at(stride, i) - 2 * param_at(padding, i) + kernel +
+                                     param_at(output_padding, i)
+                               : (input.size(d) + 2 * param_at(padding, i) - kernel) / param_at(stride, i) + 1);
+  }
+  if (input.size(1) == 0) sizes[1] = 0;
+  return empty_in_conv_format(std::move(sizes), input.options(), format);
+}
+
+// at::native::convolution_backward on the CPU: the input's and weight's
+// gradients sized like them, in the backend's format; the bias's contiguous.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> convolution_backward_meta(
+    const at::Tensor& grad_output, const at::Tensor& input, const at::Tensor& weight,
+    at::OptionalSymIntArrayRef bias_sizes, c10::SymIntArrayRef stride, c10::SymIntArrayRef padding,
+    c10::SymIntArrayRef dilation, bool transposed, c10::SymIntArrayRef output_padding, c10::SymInt groups,
+    std::array<bool, 3> output_mask) {
+  const at::MemoryFormat format = conv_backend_format(input, weight, std::nullopt, bias_sizes, stride, padding,
+                                                      dilation, transposed, output_padding, groups);
+  const at::TensorOptions options = grad_output.options();
+  auto sizes_of = [](const at::Tensor& t) { return std::vector<int64_t>(t.sizes().begin(), t.sizes().end()); };
+  at::Tensor grad_input = output_mask[0] ? empty_in_conv_format(sizes_of(input), options, format) : at::Tensor();
+  at::Tensor grad_weight = output_mask[1] ? empty_in_conv_format(sizes_of(weight), options, format) : at::Tensor();
+  at::Tensor grad_bias;
+  if (output_mask[2] && bias_sizes) grad_bias = at::empty(C10_AS_INTARRAYREF_SLOW(*bias_sizes), options);
+  return {std::move(grad_input), std::move(grad_weight), std::move(grad_bias)};
+}
+
 }  // namespace
 
 std::vector<std::pair<const char*, c10::KernelFunction>> written_meta_kernels() {
@@ -139,6 +237,8 @@ std::vector<std::pair<const char*, c10::KernelFunction>> written_meta_kernels() 
        c10::KernelFunction::makeFromUnboxedRuntimeFunction(&transformer_encoder_layer_fwd_meta)},
       {"aten::_scaled_dot_product_flash_attention_for_cpu",
        c10::KernelFunction::makeFromUnboxedRuntimeFunction(&flash_attention_for_cpu_meta)},
+      {"aten::convolution", c10::KernelFunction::makeFromUnboxedRuntimeFunction(&convolution_meta)},
+      {"aten::convolution_backward", c10::KernelFunction::makeFromUnboxedRuntimeFunction(&convolution_backward_meta)},
   };
 }
 
