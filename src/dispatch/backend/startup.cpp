@@ -12,6 +12,7 @@
 
 #include "dispatch/backend/devices.h"
 #include "dispatch/backend/host_threads.h"
+#include "dispatch/backend/mkl_vml_dispatch.h"
 #include "dispatch/backend/sync.h"
 #include "kiln/engine.h"
 #include "kiln/log.h"
@@ -83,6 +84,7 @@ void initialize() {
   opts.capacity_bytes = static_cast<size_t>(g_settings.device_memory_mb) << 20;
   opts.launch_blocking = g_settings.launch_blocking;
   opts.host_wait = &host_wait;
+  resolve_mkl_vml_dispatch();  // before the device's worker can make a first VML call from its OpenMP team
   runtime::Runtime::init(opts);
   engine::Options options = engine::options_for(g_settings);
   options.verdict_identity = verdict_identity();

@@ -8,6 +8,7 @@
 #include "dispatch/backend/devices.h"
 #include "dispatch/backend/generator.h"
 #include "dispatch/backend/hooks.h"
+#include "dispatch/backend/mkl_vml_dispatch.h"
 #include "dispatch/backend/startup.h"
 #include "dispatch/backend/sync.h"
 #include "dispatch/eager/library_kernel.h"
@@ -103,6 +104,7 @@ PYBIND11_MODULE(_C, m) {
     }
     set_lazy_mode(mode == "lazy");
   });
+  m.def("mkl_vml_ops", [] { return mkl_vml_ops(); });  // the ops whose MKL kernels start-up resolves
   m.def("compile_times_ms", [] {  // [(cpu_ms, wall_ms)] per compile, in order
     std::vector<std::pair<double, double>> out;
     for (const engine::CompileTime& t : engine::compile_times()) out.emplace_back(t.cpu_ms, t.wall_ms);
