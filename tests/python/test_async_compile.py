@@ -112,29 +112,39 @@ def test_a_fork_while_a_compile_is_in_flight_neither_hangs_nor_loses_it():
 THREAD_PRIORITIES = """
 import glob, json, time, torch, kiln
 d = kiln.DEVICE_NAME
+
+def threads():
+    found = {}
+    for stat in glob.glob("/proc/self/task/*/stat"):
+        tid = stat.split("/")[4]
+        try:
+            name = open(f"/proc/self/task/{tid}/comm").read().strip()
+            fields = open(stat).read().rsplit(")", 1)[1].split()
+        except OSError:  # a thread that ended meanwhile
+            continue
+        found.setdefault(name, []).append({"policy": int(fields[38]), "nice": int(fields[16])})
+    return found
+
 x = torch.randn(256, 256).to(d)
+torch.accelerator.synchronize()
+before = threads()  # nothing compiled yet: the pool is made at start-up
 for _ in range(3):  # library kernels while the trace's kernel is queued for the compile thread
     ((x * 2 + 1).tanh() * 3).cpu()
-    time.sleep(0.5)  # the compile thread builds and loads the kernel meanwhile
-((x * 2 + 1).tanh() * 3).cpu()  # fused: the kernel was ready
-threads = {}
-for stat in glob.glob("/proc/self/task/*/stat"):
-    tid = stat.split("/")[4]
-    name = open(f"/proc/self/task/{tid}/comm").read().strip()
-    fields = open(stat).read().rsplit(")", 1)[1].split()
-    threads.setdefault(name, []).append({"policy": int(fields[38]), "nice": int(fields[16])})
+    time.sleep(0.5)  # the compile thread builds and loads the kernel meanwhile, if the machine lets it
+((x * 2 + 1).tanh() * 3).cpu()  # fused
 c = kiln.metrics.counters()
-print(json.dumps({"threads": threads, "tiers": c["tiers"], "waited": c["compile_time"].get("device_wait_us", 0)}))
+print(json.dumps({"before": before, "after": threads(), "tiers": c["tiers"]}))
 """
 
 
-def test_the_kernel_threads_keep_the_programs_priority_when_the_compile_thread_loads_the_first_kernel():
+def test_the_kernel_threads_keep_the_programs_priority_whichever_thread_loads_the_first_kernel():
     out = run_python(THREAD_PRIORITIES, env={"KILN_MODE": "lazy", "KILN_CACHE": "0", "KILN_ASYNC_COMPILE": "1",
                                              "KILN_COMPILE_THRESHOLD": "1", "KILN_NUM_THREADS": "2"})
     assert out.returncode == 0, out.stderr[-3000:]
     out = json.loads(out.stdout.strip().splitlines()[-1])
-    assert out["tiers"].get("fused", 0) >= 1 and out["waited"] == 0, out  # the compile thread built it
-    threads = out["threads"]
-    assert all(t["policy"] == 5 or t["nice"] == 19 for t in threads["kiln-compile"]), threads  # idle priority
-    kernel_threads = threads["kiln-pool"] + threads["kiln-device0"]
-    assert all(t == {"policy": 0, "nice": 0} for t in kernel_threads), threads
+    assert out["tiers"].get("fused", 0) >= 1, out
+    normal = {"policy": 0, "nice": 0}
+    assert out["before"].get("kiln-pool") == [normal], out["before"]  # made on the program's thread, not at a load
+    after = out["after"]
+    assert all(t["policy"] == 5 or t["nice"] == 19 for t in after["kiln-compile"]), after  # idle priority
+    assert all(t == normal for t in after["kiln-pool"] + after["kiln-device0"]), after

@@ -4,9 +4,9 @@
 // once, and a first call made so can run one thread's chunk with the
 // low-accuracy (EP) kernel although ATen asks for the high-accuracy one:
 // the process's first torch.sin over 4096 elements came out with errors of
-// 1.5e-4 in its second half, 1 fresh process in 25 under load (eager CPU
-// as much as kiln; pytorch/pytorch#188792, oneMKL 2024.2 as torch 2.13
-// bundles it). Since the results would then differ from CPU's, kiln makes
+// 1.5e-4 in its second half, in 3 of 120 fresh processes under load, kiln
+// not loaded (pytorch/pytorch#188792, oneMKL 2024.2 as torch 2.13 bundles
+// it). Since the results would then differ from CPU's, kiln makes
 // each function's first call itself, on one thread, at start-up.
 #pragma once
 
