@@ -138,8 +138,16 @@ print(json.dumps({"before": before, "after": threads(), "tiers": c["tiers"]}))
 
 
 def test_the_kernel_threads_keep_the_programs_priority_whichever_thread_loads_the_first_kernel():
-    out = run_python(THREAD_PRIORITIES, env={"KILN_MODE": "lazy", "KILN_CACHE": "0", "KILN_ASYNC_COMPILE": "1",
-                                             "KILN_COMPILE_THRESHOLD": "1", "KILN_NUM_THREADS": "2"})
+    out = run_python(
+        THREAD_PRIORITIES,
+        env={
+            "KILN_MODE": "lazy",
+            "KILN_CACHE": "0",
+            "KILN_ASYNC_COMPILE": "1",
+            "KILN_COMPILE_THRESHOLD": "1",
+            "KILN_NUM_THREADS": "2",
+        },
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     out = json.loads(out.stdout.strip().splitlines()[-1])
     assert out["tiers"].get("fused", 0) >= 1, out

@@ -162,6 +162,24 @@ def _encoder_layer_fwd(src, layer, to):
     )
 
 
+def _assert_cpus_geometry_then_launched(name, fn):
+    """fn(to) on the device gives CPU's results, sizes, strides and dtypes;
+    and, the geometry being the meta kernel's, a later call is launched, not
+    run on the host (where the CPU kernel's geometry would mend a wrong meta
+    kernel)."""
+    want = fn(lambda t: t)
+    got = fn(lambda t: t.to(DEVICE))
+    for g, e in zip(*(((r,) if isinstance(r, torch.Tensor) else r) for r in (got, want))):
+        assert (g.shape, g.stride(), g.dtype) == (e.shape, e.stride(), e.dtype), name
+        torch.testing.assert_close(g.cpu(), e, msg=name)
+    getattr(torch, DEVICE).synchronize()
+    kiln.metrics.reset()
+    fn(lambda t: t.to(DEVICE))
+    getattr(torch, DEVICE).synchronize()
+    waits = kiln.metrics.counters().get("sync_points", {})
+    assert set(waits) <= {"synchronize", "copy to device"}, (name, waits)
+
+
 @pytest.mark.parametrize("norm_first", [False, True])
 def test_encoder_layer_and_attention_metas_give_eager_cpus_geometry(mode, norm_first):
     """_transformer_encoder_layer_fwd (nn.TransformerEncoderLayer in inference)
@@ -191,20 +209,7 @@ def test_encoder_layer_and_attention_metas_give_eager_cpus_geometry(mode, norm_f
     }
     with torch.no_grad():
         for name, fn in cases.items():
-            want = fn(lambda t: t)
-            got = fn(lambda t: t.to(DEVICE))
-            for g, e in zip(*(((r,) if isinstance(r, torch.Tensor) else r) for r in (got, want))):
-                assert (g.shape, g.stride(), g.dtype) == (e.shape, e.stride(), e.dtype), name
-                torch.testing.assert_close(g.cpu(), e, msg=name)
-            # The geometry was the meta kernel's: a later call is launched, not
-            # run on the host (where the CPU kernel's geometry would mend a
-            # wrong meta kernel).
-            getattr(torch, DEVICE).synchronize()
-            kiln.metrics.reset()
-            fn(lambda t: t.to(DEVICE))
-            getattr(torch, DEVICE).synchronize()
-            waits = kiln.metrics.counters().get("sync_points", {})
-            assert set(waits) <= {"synchronize", "copy to device"}, (name, waits)
+            _assert_cpus_geometry_then_launched(name, fn)
 
 
 def test_layer_norm_backward_is_launched_not_run_on_the_host(mode):
@@ -264,16 +269,17 @@ def test_convolution_meta_gives_eager_cpus_geometry(mode):
     transposed, grouped, dilated and double convolutions; and a later call is
     launched, not run on the host."""
     for name, fn in _conv_cases().items():
-        want = fn(lambda t: t)
-        got = fn(lambda t: t.to(DEVICE))
-        assert (got.shape, got.stride(), got.dtype) == (want.shape, want.stride(), want.dtype), name
-        torch.testing.assert_close(got.cpu(), want, msg=name)
-        getattr(torch, DEVICE).synchronize()
-        kiln.metrics.reset()
-        fn(lambda t: t.to(DEVICE))
-        getattr(torch, DEVICE).synchronize()
-        waits = kiln.metrics.counters().get("sync_points", {})
-        assert set(waits) <= {"synchronize", "copy to device"}, (name, waits)
+        _assert_cpus_geometry_then_launched(name, fn)
+
+
+def _assert_errors_are_eager_cpus(cases):
+    """Each case(to) raises on the device the RuntimeError it raises on CPU, at the op."""
+    for i, case in enumerate(cases):
+        with pytest.raises(RuntimeError) as cpu:
+            case(lambda t: t)
+        with pytest.raises(RuntimeError) as dev:
+            case(lambda t: t.to(DEVICE))
+        assert str(cpu.value).split("\n")[0] in str(dev.value), (i, str(dev.value), str(cpu.value))
 
 
 def test_convolution_meta_errors_are_eager_cpus(mode):
@@ -288,12 +294,7 @@ def test_convolution_meta_errors_are_eager_cpus(mode):
         lambda to: F.conv2d(to(x[:, :, :2]), to(w)),  # a kernel larger than the padded input
         lambda to: F.conv2d(to(x), to(torch.randn(6, 2, 3, 3)), groups=3),  # channels not divisible by groups
     ]
-    for i, case in enumerate(cases):
-        with pytest.raises(RuntimeError) as cpu:
-            case(lambda t: t)
-        with pytest.raises(RuntimeError) as dev:
-            case(lambda t: t.to(DEVICE))
-        assert str(cpu.value).split("\n")[0] in str(dev.value), (i, str(dev.value), str(cpu.value))
+    _assert_errors_are_eager_cpus(cases)
 
 
 def test_written_meta_errors_are_eager_cpus(mode):
@@ -306,9 +307,4 @@ def test_written_meta_errors_are_eager_cpus(mode):
         lambda to: torch.nn.functional.layer_norm(to(a), (4,), weight=to(torch.ones(3))),
         lambda to: torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(*(to(a[None]),) * 3),
     ]
-    for i, case in enumerate(cases):
-        with pytest.raises(RuntimeError) as cpu:
-            case(lambda t: t)
-        with pytest.raises(RuntimeError) as dev:
-            case(lambda t: t.to(DEVICE))
-        assert str(cpu.value).split("\n")[0] in str(dev.value), (i, str(dev.value), str(cpu.value))
+    _assert_errors_are_eager_cpus(cases)

@@ -160,16 +160,16 @@ int64_t param_at(c10::SymIntArrayRef values, size_t d) {
 at::MemoryFormat conv_backend_format(const at::Tensor& input, const at::Tensor& weight,
                                      const std::optional<at::Tensor>& bias, at::OptionalSymIntArrayRef bias_sizes,
                                      c10::SymIntArrayRef stride, c10::SymIntArrayRef padding,
-                                     c10::SymIntArrayRef dilation, bool transposed,
-                                     c10::SymIntArrayRef output_padding, const c10::SymInt& groups) {
+                                     c10::SymIntArrayRef dilation, bool transposed, c10::SymIntArrayRef output_padding,
+                                     const c10::SymInt& groups) {
   const bool one_d = weight.dim() == 3;
   const at::Tensor input_shell = cpu_shell(one_d ? at::empty(input.sizes(), input.options()) : input);
   const at::Tensor weight_shell = cpu_shell(weight);
   const std::optional<at::Tensor> bias_shell =
       bias && bias->defined() ? std::optional<at::Tensor>(cpu_shell(*bias)) : std::nullopt;
-  const at::native::ConvBackend backend = at::native::select_conv_backend(
-      input_shell, weight_shell, bias_shell, stride, padding, dilation, transposed, output_padding, groups,
-      bias_shell ? at::OptionalSymIntArrayRef() : bias_sizes);
+  const at::native::ConvBackend backend =
+      at::native::select_conv_backend(input_shell, weight_shell, bias_shell, stride, padding, dilation, transposed,
+                                      output_padding, groups, bias_shell ? at::OptionalSymIntArrayRef() : bias_sizes);
   return one_d ? at::native::_determine_backend_memory_format(input_shell.unsqueeze(2), weight_shell.unsqueeze(2),
                                                               backend)
                : at::native::_determine_backend_memory_format(input_shell, weight_shell, backend);
@@ -177,8 +177,7 @@ at::MemoryFormat conv_backend_format(const at::Tensor& input, const at::Tensor& 
 
 // An empty tensor in a convolution backend's format; a 1-d one in channels
 // last is the squeezed 2-d one, as the CPU kernel returns it.
-at::Tensor empty_in_conv_format(std::vector<int64_t> sizes, const at::TensorOptions& options,
-                                at::MemoryFormat format) {
+at::Tensor empty_in_conv_format(std::vector<int64_t> sizes, const at::TensorOptions& options, at::MemoryFormat format) {
   if (sizes.size() == 3 && format == at::MemoryFormat::ChannelsLast) {
     sizes.insert(sizes.begin() + 2, 1);
     return at::empty(sizes, options.memory_format(format)).squeeze(2);

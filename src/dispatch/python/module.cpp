@@ -104,7 +104,8 @@ PYBIND11_MODULE(_C, m) {
     }
     set_lazy_mode(mode == "lazy");
   });
-  m.def("mkl_vml_ops", [] { return mkl_vml_ops(); });  // the ops whose MKL kernels start-up resolves
+  // The ops whose MKL kernels start-up resolves (mkl_vml_dispatch.h).
+  m.def("mkl_vml_ops", [] { return mkl_vml_ops(); });
   m.def("compile_times_ms", [] {  // [(cpu_ms, wall_ms)] per compile, in order
     std::vector<std::pair<double, double>> out;
     for (const engine::CompileTime& t : engine::compile_times()) out.emplace_back(t.cpu_ms, t.wall_ms);
