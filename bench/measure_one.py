@@ -23,8 +23,11 @@ import traceback  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import stats  # noqa: E402
 import workloads  # noqa: E402
 from contenders import BY_KEY  # noqa: E402
+
+MAX_TIMES_KEPT = 20  # the per-step times a result keeps (the first ones)
 
 
 def _identity(fn):
@@ -112,7 +115,10 @@ def measure(workload, contender, scale, warmup_s, reps, budget_s):
         "min_s": min(times),
         "max_s": max(times),
         "reps": len(times),
-        "times_s": times,
+        "p10_s": stats.percentile(times, 0.1),
+        "p90_s": stats.percentile(times, 0.9),
+        # Every step's time for short runs; fast workloads run hundreds of steps in the budget.
+        "times_s": times if len(times) <= MAX_TIMES_KEPT else times[:MAX_TIMES_KEPT],
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
     }

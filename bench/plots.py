@@ -3,6 +3,8 @@ spread over rounds, and per-op times of the small-op storm."""
 
 import os
 
+import stats
+
 
 def plots(data, summary, img_dir):
     """Writes the plots; returns their file names ([] without matplotlib)."""
@@ -14,7 +16,7 @@ def plots(data, summary, img_dir):
     except ImportError:
         return []
     os.makedirs(img_dir, exist_ok=True)
-    ran = [c for c in data["contenders"] if not c["reason"]]
+    ran = stats.timed_contenders(data)
     names = [w["name"] for w in data["workloads"]]
     fig, ax = plt.subplots(figsize=(12, 5))
     width = 0.8 / max(1, len(ran))

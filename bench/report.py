@@ -41,10 +41,6 @@ def mib(b):
     return f"{b / 2**20:.1f}"
 
 
-def ran(data):
-    return [c for c in data["contenders"] if not c["reason"]]
-
-
 def method(data):
     st = data.get("settings", {})
     m = data["machine"]
@@ -144,7 +140,7 @@ def contender_table(data, summary, contenders, field, fmt):
 
 
 def e2e_section(data, summary):
-    contenders = ran(data)
+    contenders = stats.timed_contenders(data)
     lines = [
         "## End-to-end workloads",
         "",
@@ -243,6 +239,38 @@ def skipped_section(data):
         lines += ["Rounds that failed (the pair's numbers come from its other rounds):", ""]
         lines += [f"- {x}" for x in failed_rounds] + [""]
     return lines
+
+
+def policy_section(data, summary):
+    """The adaptive policy against the fixed one, beside two processes of one contender (the noise floor)."""
+    names = [
+        ("adaptive_vs_fixed_first", "adaptive vs fixed, first step"),
+        ("adaptive_vs_fixed_steady", "adaptive vs fixed, steady"),
+        ("fixed_again_first", "fixed vs fixed, first step"),
+        ("fixed_again_steady", "fixed vs fixed, steady"),
+        ("cpu_eager_again_first", "eager CPU vs eager CPU, first step"),
+    ]
+    rows = []
+    for w in data["workloads"]:
+        r = summary[w["name"]]["ratios"]
+        if any(r.get(k) for k, _ in names):
+            rows.append(f"| {w['name']} | " + " | ".join(ratio_range(r.get(k)) for k, _ in names) + " |")
+    if not rows:
+        return []
+    return [
+        "## Adaptive policy and noise floor",
+        "",
+        "kiln lazy's defaults (the adaptive policy) against the fixed policy (`KILN_COMPILE_THRESHOLD=1`,",
+        "`KILN_ASYNC_COMPILE=0`: every trace compiled at its first flush, which waits), and two processes of",
+        "one contender against each other in the same round: what two runs of the same thing differ by on",
+        'this machine. The "not slower" targets read a ratio below 1.0x by less than the largest such',
+        "difference as a tie. Median of the per-round ratios (min-max); >1x: the second is faster.",
+        "",
+        "| workload | " + " | ".join(label for _, label in names) + " |",
+        "|---|" + "---|" * len(names),
+        *rows,
+        "",
+    ]
 
 
 def memory_section(data, summary):
@@ -368,7 +396,7 @@ def launch_section(data, summary):
             "| contender | µs per op |",
             "|---|---|",
         ]
-        for c in ran(data):
+        for c in stats.timed_contenders(data):
             s = summary["small_op_storm"]["contenders"].get(c["key"])
             if s:
                 t = s["time_s"]
@@ -454,7 +482,7 @@ def bandwidth_section(data, summary):
     for w in data["workloads"]:
         if not w.get("min_bytes"):
             continue
-        for c in ran(data):
+        for c in stats.timed_contenders(data):
             runs = stats.runs_of(w, c["key"])
             s = summary[w["name"]]["contenders"].get(c["key"])
             share = stats.share_per_round(runs, w["min_bytes"], triads) if triads else None
@@ -493,6 +521,7 @@ def markdown(data, png_names, notes_path=NOTES):
     lines += targets_section(data, notes_path)
     lines += e2e_section(data, summary)
     lines += warm_start_section(data, summary)
+    lines += policy_section(data, summary)
     lines += memory_section(data, summary)
     lines += breakdown_section(data, summary)
     lines += machine_section(data)

@@ -52,7 +52,43 @@ RATIOS = [
     # The adaptive policy (kiln lazy's defaults) against the fixed one, first step and steady step.
     ("adaptive_vs_fixed_first", "kiln_lazy_fixed", "kiln_lazy", "first_s"),
     ("adaptive_vs_fixed_steady", "kiln_lazy_fixed", "kiln_lazy", "median_s"),
+    # Two processes of one contender (the noise floor): the first over the second.
+    ("fixed_again_first", "kiln_lazy_fixed", "kiln_lazy_fixed_again", "first_s"),
+    ("fixed_again_steady", "kiln_lazy_fixed", "kiln_lazy_fixed_again", "median_s"),
+    ("cpu_eager_again_first", "cpu_eager", "cpu_eager_again", "first_s"),
+    ("cpu_eager_again_steady", "cpu_eager", "cpu_eager_again", "median_s"),
 ]
+
+
+def repeated_contenders(data):
+    """{key of a second-process contender: key of the contender it repeats} (bench/contenders.py)."""
+    return {c["key"]: c["repeats"] for c in data.get("contenders", []) if c.get("repeats")}
+
+
+def timed_contenders(data):
+    """The contenders of the timing tables and plots: those that ran, less second processes."""
+    return [c for c in data["contenders"] if not c["reason"] and not c.get("repeats")]
+
+
+def noise_floor(data, field, workloads=None, originals=None):
+    """How far two processes of one contender differ on this run, in `field` ("first_s" or
+    "median_s"): the largest |1 - r| over the median per-round ratios r of each repeated
+    contender over its original, on `workloads` and for the contenders `originals` (None:
+    all). {floor, worst, n} or None."""
+    worst, n = None, 0
+    for w in data["workloads"]:
+        if workloads is not None and w["name"] not in workloads:
+            continue
+        for again, original in repeated_contenders(data).items():
+            if originals is not None and original not in originals:
+                continue
+            r = ratio(runs_of(w, original), runs_of(w, again), field)
+            if r is None:
+                continue
+            n += 1
+            if worst is None or abs(1 - r["median"]) > worst[0]:
+                worst = (abs(1 - r["median"]), f"{w['name']} {original} {r['median']:.2f}x")
+    return worst and {"floor": worst[0], "worst": worst[1], "n": n}
 
 
 def breakdown_summary(runs):

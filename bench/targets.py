@@ -170,6 +170,57 @@ def per_run_ratios(runs, numerator, denominator):
     return stats.spread(r[numerator] / r[denominator] for r in runs if r.get(numerator) and r.get(denominator))
 
 
+# "Not slower" between two contenders that do the same work (the same
+# kernels, or CPU's own) is read against the noise floor: how far two
+# processes of one contender differ in the same run (stats.noise_floor).
+# Below 1.0x by less than that, the two cannot be told apart.
+# A noisy run does not buy a looser target: the floor counts up to 5%.
+MAX_NOISE_FLOOR = 0.05
+NOT_SLOWER = f">= 1.0x, less the noise floor (at most {100 * MAX_NOISE_FLOOR:.0f}%)"
+
+
+def tolerance(floor):
+    """How far below 1.0x a ratio may lie and still count as a tie."""
+    return min(floor["floor"], MAX_NOISE_FLOOR) if floor else 0.0
+
+
+def fmt_floor(floor):
+    if not floor:
+        return "no noise floor measured (read strictly)"
+    text = f"noise floor {100 * floor['floor']:.1f}% (worst of {floor['n']}: {floor['worst']})"
+    return text + (f", counted as {100 * MAX_NOISE_FLOOR:.0f}%" if floor["floor"] > MAX_NOISE_FLOOR else "")
+
+
+def adaptive_not_slower_row(data):
+    """The adaptive policy against the fixed one on every workload, first and steady steps."""
+    floors = {
+        field: stats.noise_floor(data, field, originals=("kiln_lazy_fixed",)) for field in ("first_s", "median_s")
+    }
+    slower, within, measured = [], [], 0
+    for w in data["workloads"]:
+        for field, label in (("first_s", "first step"), ("median_s", "steady")):
+            r = stats.ratio(stats.runs_of(w, "kiln_lazy_fixed"), stats.runs_of(w, "kiln_lazy"), field)
+            if not r:
+                continue
+            measured += 1
+            if r["median"] < 1.0 - tolerance(floors[field]):
+                slower.append(f"{w['name']} {label} {r['median']:.2f}x")
+            elif r["median"] < 1.0:
+                within.append(f"{w['name']} {label} {r['median']:.2f}x")
+    measured_text = None
+    if measured:
+        measured_text = (f"slower: {', '.join(slower)}" if slower else "none slower") + f" ({measured} ratios)"
+        if within:
+            measured_text += f"; below 1.0x within the noise floor: {', '.join(within)}"
+        measured_text += "; first steps " + fmt_floor(floors["first_s"]) + ", steady " + fmt_floor(floors["median_s"])
+    return row(
+        "every workload: the adaptive policy not slower than the fixed one (first and steady steps)",
+        NOT_SLOWER + " on each",
+        measured_text,
+        not slower,
+    )
+
+
 def adaptive_rows(data):
     """Issue 18: no compile stall, cheap new shapes, the adaptive policy against the fixed one."""
     rows = []
@@ -194,32 +245,16 @@ def adaptive_rows(data):
         )
     )
     r = stats.ratio(stats.runs_of(v, "cpu_eager"), stats.runs_of(v, "kiln_lazy"), "first_s") if v else None
+    floor = stats.noise_floor(data, "first_s", workloads=("varlen_infer",)) if v else None
     rows.append(
         row(
             "varlen_infer: eager CPU's first pass over kiln lazy's",
-            ">= 1.0x",
-            r and fmt_ratio(r),
-            r and r["median"] >= 1.0,
+            NOT_SLOWER,
+            r and fmt_ratio(r) + f"; {fmt_floor(floor)}",
+            r and r["median"] >= 1.0 - tolerance(floor),
         )
     )
-    slower, measured = [], 0
-    for w in data["workloads"]:
-        for field, label in (("first_s", "first step"), ("median_s", "steady")):
-            r = stats.ratio(stats.runs_of(w, "kiln_lazy_fixed"), stats.runs_of(w, "kiln_lazy"), field)
-            if r:
-                measured += 1
-                if r["median"] < 1.0:
-                    slower.append(f"{w['name']} {label} {r['median']:.2f}x")
-    rows.append(
-        row(
-            "every workload: the adaptive policy not slower than the fixed one (first and steady steps)",
-            ">= 1.0x on each",
-            ((f"slower: {', '.join(slower)}" if slower else "none slower") + f" ({measured} ratios)")
-            if measured
-            else None,
-            not slower,
-        )
-    )
+    rows.append(adaptive_not_slower_row(data))
     for name in SMALL_TENSOR_WORKLOADS:
         w = workload(data, name)
         r = stats.ratio(stats.runs_of(w, "kiln_lazy_fixed"), stats.runs_of(w, "kiln_lazy"), "first_s") if w else None
