@@ -77,6 +77,11 @@ def method(data):
         "min-max over rounds as its spread. A ratio is computed round by round (eager CPU time / kiln time of the "
         "same round and workload; likewise torch.compile / kiln) and reported as the median of the per-round "
         "ratios with their min-max. Bandwidth shares are per round too (against the same round's triad).",
+        "- **Noise floor**: a second process of the fixed policy (every workload) and of eager CPU "
+        "(`varlen_infer`) runs in each round beside the first. Their ratio is what two runs of one thing differ "
+        'by on this machine; a "not slower" target between contenders that do the same work reads a ratio '
+        f"below 1.0x by less than the largest such difference (counted up to {100 * targets.MAX_NOISE_FLOOR:.0f}%) "
+        'as a tie (section "Adaptive policy and noise floor").',
         "- **torch.compile compiles cold in each of its processes**: each gets a fresh, empty "
         "`TORCHINDUCTOR_CACHE_DIR` (removed after), so its first step is a cold compile; its steady state follows.",
         "- After the rounds: kiln's recording overhead (one process), then the C++ micro-benchmarks "
