@@ -269,7 +269,8 @@ def policy_section(data, summary):
         "`KILN_ASYNC_COMPILE=0`: every trace compiled at its first flush, which waits), and two processes of",
         "one contender against each other in the same round: what two runs of the same thing differ by on",
         'this machine. The "not slower" targets read a ratio below 1.0x by less than the largest such',
-        "difference as a tie. Median of the per-round ratios (min-max); >1x: the second is faster.",
+        f"difference (counted up to {100 * targets.MAX_NOISE_FLOOR:.0f}%) as a tie. Median of the per-round ratios "
+        "(min-max); >1x: the second is faster.",
         "",
         "| workload | " + " | ".join(label for _, label in names) + " |",
         "|---|" + "---|" * len(names),
