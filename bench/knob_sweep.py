@@ -24,7 +24,7 @@ import tempfile
 BENCH = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, BENCH)
 from contenders import BY_KEY  # noqa: E402
-from run_bench import child_env, run_child  # noqa: E402
+from run_bench import MODES, child_env, run_child  # noqa: E402
 
 DEFAULTS = "defaults"
 # (label, the environment it sets); the defaults row first.
@@ -37,6 +37,7 @@ SETTINGS = [
     ("KILN_OPT_LEVEL=3", {"KILN_OPT_LEVEL": "3"}),
     ("KILN_QUEUE_LOW_WATERMARK=15", {"KILN_QUEUE_LOW_WATERMARK": "15"}),
 ]
+FULL = MODES["full"]  # warm-up and timed steps as make bench's full mode
 WORKLOADS = ("small_op_storm", "pointwise_chain", "adamw_foreach_off", "gpt_train", "varlen_infer")
 
 
@@ -50,9 +51,9 @@ def measure(workload, env_extra, scale):
             workload,
             "kiln_lazy",
             f"--scale={scale}",
-            "--warmup-s=1.0",
-            "--reps=10",
-            "--budget-s=1.0",
+            f"--warmup-s={FULL['warmup_s']}",
+            f"--reps={FULL['reps']}",
+            f"--budget-s={FULL['budget_s']}",
             f"--threads={os.cpu_count() or 1}",
         ]
         result, _ = run_child(argv, env, 1800)
