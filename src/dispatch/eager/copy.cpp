@@ -23,10 +23,19 @@ namespace {
 // The copy as a launch on the device: its CPU copy over aliases of the
 // device memory. One alias set: overlapping source and destination look
 // overlapping to the CPU copy, as they would on CPU.
+//
+// Only a copy from another device keeps the source's storage alive until
+// it ran: within one device, a source freed meanwhile goes back to the pool
+// behind the copy on the same queue. Holding it there too would make its
+// use count depend on whether the device got to the copy yet, and autograd
+// decides by use counts whether it sums gradients in place (`add_`) or not
+// (`add`): the ops a backward records, and so the traces the adaptive policy
+// counts, would depend on thread timing.
 trace::HeldLaunch copy_launch(const at::Tensor& src, const at::Tensor& dst) {
   AliasSet aliases(c10::DispatchKey::CPU);
+  c10::Storage keep = src.device() != dst.device() ? src.storage() : c10::Storage();
   return {"copy device->device",
-          [s = aliases.alias(src), d = aliases.alias(dst), keep = src.storage()]() mutable { d.copy_(s); },
+          [s = aliases.alias(src), d = aliases.alias(dst), keep = std::move(keep)]() mutable { d.copy_(s); },
           [bytes = dst.nbytes()] { Metrics::global().add(Counter::BytesCopied, "device_to_device", bytes); }};
 }
 
