@@ -28,6 +28,7 @@ import workloads  # noqa: E402
 from contenders import BY_KEY  # noqa: E402
 
 MAX_TIMES_KEPT = 20  # the per-step times a result keeps (the first ones)
+WARMUP_TIMES_KEPT = 7  # the warm-up's first steps: steps 2-8 (the issue's "steady within 5 steps")
 
 
 def _identity(fn):
@@ -38,16 +39,19 @@ def _device_module(device):
     return None if device == "cpu" else getattr(torch, device)
 
 
-def warm_up(step, sync, warmup_s):
-    """Runs `step` until a steady state: (seconds, steps)."""
+def warm_up(step, sync, warmup_s, times):
+    """Runs `step` until a steady state: (seconds, steps); appends the first steps' seconds to `times`."""
     # At least 3 steps and `warmup_s`: backward graphs compile, optimizer state
     # appears, and allocators settle (glibc's malloc hands the first large
     # blocks back to the OS, so early CPU-eager iterations page-fault).
     t0 = time.perf_counter()
     for i in range(1000):
+        t = time.perf_counter()
         out = step()
         sync()
         del out
+        if len(times) < WARMUP_TIMES_KEPT:
+            times.append(time.perf_counter() - t)
         if i >= 2 and time.perf_counter() > t0 + warmup_s:
             break
     return time.perf_counter() - t0, i + 1
@@ -96,7 +100,8 @@ def measure(workload, contender, scale, warmup_s, reps, budget_s):
     first_s = time.perf_counter() - t0
     del out
 
-    warm_s, warm_steps = warm_up(step, sync, warmup_s)
+    warmup_times = []
+    warm_s, warm_steps = warm_up(step, sync, warmup_s, warmup_times)
 
     lazy = contender.kiln_mode == "lazy"
     if mod is not None:
@@ -111,6 +116,7 @@ def measure(workload, contender, scale, warmup_s, reps, budget_s):
         "first_s": first_s,
         "warmup_s": warm_s,
         "warmup_steps": warm_steps,
+        "warmup_times_s": warmup_times,
         "median_s": statistics.median(times),
         "min_s": min(times),
         "max_s": max(times),

@@ -122,7 +122,7 @@ def by_target(rows, start):
 
 def test_targets_met_not_met_and_not_measured():
     rows = targets.targets(made_up_run())
-    assert len(rows) == 24
+    assert len(rows) == 25
     gpt = by_target(rows, "gpt_train: kiln lazy vs eager CPU")
     assert gpt["met"] is True and gpt["measured"].startswith("1.35x (1.30-1.40, 2 rounds)")
     compiled = by_target(rows, "gpt_train: kiln lazy vs torch.compile")
@@ -171,6 +171,22 @@ def test_adaptive_policy_targets_from_first_steps_and_the_fixed_contender():
     assert fixed["met"] is False and fixed["measured"].startswith("slower: gpt_train steady 0.90x (2 ratios); "), fixed
     assert "no noise floor measured (read strictly)" in fixed["measured"]
     assert by_target(rows, "small_op_storm: the adaptive policy")["met"] is None
+    assert by_target(rows, "gpt_train: kiln lazy's step 5")["met"] is None  # no warm-up times
+
+
+def test_the_fifth_step_is_read_against_the_spread_of_single_steady_steps():
+    data = made_up_run()
+    gpt = data["workloads"][0]["results"]
+    # Steps 2-8 of the warm-up; the fifth step is the warm-up's fourth: 1.05 and 1.30 over a p90 of 1.1 and 1.0.
+    gpt["kiln_lazy"]["runs"] = [
+        {"round": 1, "median_s": 1.0, "p90_s": 1.1, "warmup_times_s": [3.0, 2.0, 1.5, 1.05, 1.0, 1.0, 1.0]},
+        {"round": 2, "median_s": 1.0, "p90_s": 1.0, "warmup_times_s": [3.0, 2.0, 1.5, 1.3, 1.0, 1.0, 1.0]},
+        {"round": 3, "median_s": 1.0, "p90_s": 1.0, "warmup_times_s": [3.0, 2.0, 1.5, 0.9, 1.0, 1.0, 1.0]},
+    ]
+    fifth = by_target(targets.targets(data), "gpt_train: kiln lazy's step 5")
+    assert fifth["measured"].startswith("0.95x (0.90-1.30, 3 rounds)") and fifth["met"] is True, fifth
+    gpt["kiln_lazy"]["runs"][2]["warmup_times_s"][3] = 1.2
+    assert by_target(targets.targets(data), "gpt_train: kiln lazy's step 5")["met"] is False
 
 
 def test_not_slower_targets_are_read_against_the_noise_floor_of_two_processes_of_one_contender():
