@@ -21,7 +21,7 @@ MEMORY_CHAIN_SHARE_OF_TRIAD = 0.8  # memory_chain: achieved GB/s over the same r
 CEILING_BENCHMARK = "BM_FusedChainKernel/7/4096"  # the chain's kernel over L1-resident data: no memory traffic
 MEMORY_HIT_US = 1.0  # BM_MemoryCacheHit: a kernel found in the process's memory cache (mean per hit)
 NO_STALL_FIRST_STEP = 1.5  # gpt_train: kiln lazy's first step over kiln eager's (issue 18), at most
-STEADY_BY_STEP = 5  # gpt_train: kiln lazy's steps from this one on run at its steady speed (issue 18)
+STEADY_BY_STEP = 5  # gpt_train: by this step kiln lazy runs at its steady speed (issue 18)
 VARLEN_FIRST_PASS = 1.3  # varlen_infer: kiln lazy's first pass over its steady pass, at most
 # Issue 18's "small-tensor workloads": every tensor under the engine's
 # large-op threshold (2^20 elements, engine::fused_at_first_sight), where the
@@ -229,7 +229,8 @@ def adaptive_not_slower_row(data):
 
 def steady_by_step_row(w):
     """gpt_train's fifth step (empty store) against its steady steps: over their 90th percentile, the
-    spread of single steady steps, per round. The fifth step is the warm-up's fourth (the first is apart)."""
+    spread of single steady steps, per round. The fifth step is the warm-up's fourth: the first step
+    is timed on its own."""
     at = STEADY_BY_STEP - 2
     runs = stats.runs_of(w, "kiln_lazy") if w else []
     r = stats.spread(
