@@ -53,7 +53,10 @@ def test_bench_smoke(tmp_path):
     names = {w["name"] for w in data["workloads"]}
     for r in rows:
         workload = r["target"].split(":")[0]
-        if workload in names and "torch.compile" not in r["target"] and "ceiling" not in r["target"]:
+        if f"step {targets.STEADY_BY_STEP}" in r["target"]:
+            # Smoke mode warms up for 3 steps: its processes have no fifth step.
+            assert r["met"] is None, r
+        elif workload in names and "torch.compile" not in r["target"] and "ceiling" not in r["target"]:
             assert r["met"] is not None, r  # measured in this run, so computed
     assert all(r["met"] is not None for r in rows if r["target"].startswith("every workload"))
 
