@@ -54,6 +54,10 @@ def counters():
     - tiers: flushes by how their trace ran: fused (its fused kernels launched), library (its ops ran
       as library kernels as they were recorded: a trace's first occurrences under the adaptive policy,
       while its fused kernels compile or until KILN_COMPILE_THRESHOLD; docs/tuning.md, "Tiers").
+    - first_sight_checks: the first call of each argument case of a traced op, whose inputs may not be
+      computed yet, runs the CPU kernel to raise eager's errors at the op, by what it ran on: small
+      stand-in (the same case with small sizes: a large call's check), zero-filled twins (the
+      call's own sizes; also where the stand-in raised or disagreed).
     """
     return _C.metrics_counters()
 

@@ -39,6 +39,7 @@ const char* Metrics::counter_name(Counter counter) {
     case Counter::StoredVerdicts: return "stored_verdicts";
     case Counter::WarmStart: return "warm_start";
     case Counter::Tiers: return "tiers";
+    case Counter::FirstSightChecks: return "first_sight_checks";
   }
   return "?";
 }

@@ -19,7 +19,8 @@ const Counter kAllCounters[] = {Counter::Launches,        Counter::TracedOps,   
                                 Counter::KernelsCompiled, Counter::CompileTime,        Counter::ExecutableCache,
                                 Counter::PlanCache,       Counter::ExecutableLaunches, Counter::BytesNotWritten,
                                 Counter::BytesReused,     Counter::ExecutableStore,    Counter::StoreTime,
-                                Counter::StoredVerdicts,  Counter::WarmStart,          Counter::Tiers};
+                                Counter::StoredVerdicts,  Counter::WarmStart,          Counter::Tiers,
+                                Counter::FirstSightChecks};
 
 bool contains(const std::string& haystack, const std::string& needle) {
   return haystack.find(needle) != std::string::npos;
@@ -50,7 +51,8 @@ TEST(Metrics, CounterNamesAreDistinct) {
                                              "kernels_compiled", "compile_time",        "executable_cache",
                                              "plan_cache",       "executable_launches", "bytes_not_written",
                                              "bytes_reused",     "executable_store",    "store_time",
-                                             "stored_verdicts",  "warm_start",          "tiers"}));
+                                             "stored_verdicts",  "warm_start",          "tiers",
+                                             "first_sight_checks"}));
 }
 
 TEST(Metrics, SnapshotHasEveryCounter) {

@@ -6,6 +6,8 @@ same shapes passed. Plus the values lazy kernels must compute like eager's
 at the edges the extended differential test found (NaN clamp bounds, -0.0,
 FMA contraction, operands rounded to the common dtype)."""
 
+import json
+
 import pytest
 import torch
 
@@ -143,6 +145,72 @@ def test_first_call_of_a_traced_op_is_checked_without_a_sync(dev):
         torch.testing.assert_close(z.cpu(), want)
     finally:
         kiln.set_mode(previous)
+
+
+# A large call's first-sight check runs on a small call of the same case
+# (src/dispatch/eager/small_stand_in.h); what that raises is checked again
+# at full size, so the error is eager's, sizes and all.
+LARGE = 1 << 17
+REFUSED_LARGE = [
+    ("half fill_ beyond its range", lambda to: lambda: to(torch.zeros(LARGE, dtype=torch.half)).fill_(1e20)),
+    ("int64 mul_ by a float", lambda to: lambda: to(torch.zeros(LARGE, dtype=torch.int64)).mul_(0.5)),
+    (
+        "float add with bool alpha",
+        lambda to: lambda: torch.add(to(torch.zeros(LARGE)), to(torch.zeros(LARGE)), alpha=True),
+    ),
+    (
+        "in-place mul broadcast larger",
+        lambda to: lambda: to(torch.zeros(1, LARGE)).mul_(to(torch.ones(3, LARGE))),
+    ),
+    ("half clamp bound beyond its range", lambda to: lambda: to(torch.zeros(LARGE, dtype=torch.half)).clamp_min_(1e20)),
+]
+
+
+@pytest.mark.parametrize("name,make", REFUSED_LARGE, ids=[r[0] for r in REFUSED_LARGE])
+def test_refused_large_arguments_raise_eagers_error_at_the_op(mode, name, make):
+    with pytest.raises(Exception) as cpu:
+        on("cpu", make)()
+    with pytest.raises(type(cpu.value)) as device:
+        on(DEVICE, make)()
+    assert str(cpu.value).split("\n")[0] in str(device.value), (str(device.value), str(cpu.value))
+    sync()
+
+
+LARGE_CHAIN = """
+import json, os, torch, kiln
+kiln.set_mode("lazy")
+n = int(os.environ["CHAIN_ELEMENTS"])
+x = torch.randn(4, n // 4, device=kiln.DEVICE_NAME)
+b = torch.randn(1, n // 4, device=kiln.DEVICE_NAME)
+getattr(torch, kiln.DEVICE_NAME).synchronize()
+kiln.metrics.reset()
+y = torch.tanh(x * 1.5 + b).sub_(0.25)
+s = y.sum(dim=1)
+checks = kiln.metrics.counters()["first_sight_checks"]
+want_y = torch.tanh(x.cpu() * 1.5 + b.cpu()).sub_(0.25)
+torch.testing.assert_close(y.cpu(), want_y)
+torch.testing.assert_close(s.cpu(), want_y.sum(dim=1))
+print(json.dumps(checks))
+"""
+
+
+def test_a_large_calls_first_sight_check_runs_on_a_small_call_of_its_case():
+    """A chain of pointwise ops over 2^17 floats: each op's first call is
+    checked on a stand-in of a few elements, not on 2^17 zeros (which cost
+    the first step of a large chain most of its time in page faults). Ops
+    with integer arguments (the sum's dim) and small calls are checked at
+    their own sizes. The results are eager's."""
+    got = {}
+    for n in [LARGE, 64]:
+        # The fixed policy: every first call is checked on twins (under the
+        # adaptive one, a small op's first call runs on the host instead).
+        # No cache: no verdicts of other processes.
+        env = {"CHAIN_ELEMENTS": str(n), "KILN_CACHE": "0", "KILN_COMPILE_THRESHOLD": "1", "KILN_ASYNC_COMPILE": "0"}
+        r = run_python(LARGE_CHAIN, env=env)
+        assert r.returncode == 0, r.stderr[-2000:]
+        got[n] = json.loads(r.stdout)
+    assert got[LARGE] == {"small stand-in": 4, "zero-filled twins": 1}, got
+    assert got[64] == {"zero-filled twins": 5}, got
 
 
 def test_the_check_leaves_random_state_alone(mode):

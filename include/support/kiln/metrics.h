@@ -44,6 +44,8 @@ enum class Counter {
                        // prefill_used_bytes (of those, what allocations took)
   Tiers,               // flushes by how their trace ran: fused; library (its ops ran as library kernels
                        // as they were recorded: the adaptive policy's first occurrences)
+  FirstSightChecks,    // traced ops' first-sight argument checks, by what the CPU kernel ran on: small
+                       // stand-in (a small call of the same case), zero-filled twins (the call's own sizes)
 };
 
 struct TimeBreakdown;
@@ -68,7 +70,7 @@ class Metrics {
  private:
   void write_counters(std::ostream& os) const;
   using Table = std::map<std::string, int64_t, std::less<>>;
-  static constexpr int kCounters = static_cast<int>(Counter::Tiers) + 1;
+  static constexpr int kCounters = static_cast<int>(Counter::FirstSightChecks) + 1;
   mutable std::mutex mu_;
   Table tables_[kCounters];
 };

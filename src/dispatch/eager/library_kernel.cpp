@@ -449,7 +449,7 @@ void run_traced(Call& call) {
       return;
     }
     if (verdict == OpInfo::Verdict::Unknown) {
-      verdict = check_on_zeroed_twins(call.op, info, call.stack, call.first, call.index(), *shapes);
+      verdict = check_case_on_twins(call.op, info, call.stack, call.first, call.index(), *shapes);
       if (exact) info.set_verdict(signature, verdict);
       if (verdict == OpInfo::Verdict::Disagrees) log_disagreement(info);
     }
