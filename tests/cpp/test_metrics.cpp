@@ -45,13 +45,13 @@ TEST(Metrics, AddAndGet) {
 TEST(Metrics, CounterNamesAreDistinct) {
   std::vector<std::string> names;
   for (Counter c : kAllCounters) names.push_back(Metrics::counter_name(c));
-  EXPECT_EQ(names, (std::vector<std::string>{"launches",         "traced_ops",          "library_kernels",
-                                             "fallbacks",        "sync_points",         "errors",
-                                             "bytes_copied",     "trace_flushes",       "regions",
-                                             "kernels_compiled", "compile_time",        "executable_cache",
-                                             "plan_cache",       "executable_launches", "bytes_not_written",
-                                             "bytes_reused",     "executable_store",    "store_time",
-                                             "stored_verdicts",  "warm_start",          "tiers",
+  EXPECT_EQ(names, (std::vector<std::string>{"launches",          "traced_ops",          "library_kernels",
+                                             "fallbacks",         "sync_points",         "errors",
+                                             "bytes_copied",      "trace_flushes",       "regions",
+                                             "kernels_compiled",  "compile_time",        "executable_cache",
+                                             "plan_cache",        "executable_launches", "bytes_not_written",
+                                             "bytes_reused",      "executable_store",    "store_time",
+                                             "stored_verdicts",   "warm_start",          "tiers",
                                              "first_sight_checks"}));
 }
 
