@@ -185,10 +185,12 @@ b = torch.randn(1, n // 4, device=kiln.DEVICE_NAME)
 getattr(torch, kiln.DEVICE_NAME).synchronize()
 kiln.metrics.reset()
 y = torch.tanh(x * 1.5 + b).sub_(0.25)
+t = y.sum(dtype=torch.float64)
 s = y.sum(dim=1)
 checks = kiln.metrics.counters()["first_sight_checks"]
 want_y = torch.tanh(x.cpu() * 1.5 + b.cpu()).sub_(0.25)
 torch.testing.assert_close(y.cpu(), want_y)
+torch.testing.assert_close(t.cpu(), want_y.sum(dtype=torch.float64))
 torch.testing.assert_close(s.cpu(), want_y.sum(dim=1))
 print(json.dumps(checks))
 """
@@ -197,9 +199,10 @@ print(json.dumps(checks))
 def test_a_large_calls_first_sight_check_runs_on_a_small_call_of_its_case():
     """A chain of pointwise ops over 2^17 floats: each op's first call is
     checked on a stand-in of a few elements, not on 2^17 zeros (which cost
-    the first step of a large chain most of its time in page faults). Ops
-    with integer arguments (the sum's dim) and small calls are checked at
-    their own sizes. The results are eager's."""
+    the first step of a large chain most of its time in page faults). A
+    dtype argument (the full sum's) names no size; ops with integer arguments
+    (the sum's dim) and small calls are checked at their own sizes. The
+    results are eager's."""
     got = {}
     for n in [LARGE, 64]:
         # The fixed policy: every first call is checked on twins (under the
@@ -209,8 +212,8 @@ def test_a_large_calls_first_sight_check_runs_on_a_small_call_of_its_case():
         r = run_python(LARGE_CHAIN, env=env)
         assert r.returncode == 0, r.stderr[-2000:]
         got[n] = json.loads(r.stdout)
-    assert got[LARGE] == {"small stand-in": 4, "zero-filled twins": 1}, got
-    assert got[64] == {"zero-filled twins": 5}, got
+    assert got[LARGE] == {"small stand-in": 5, "zero-filled twins": 1}, got
+    assert got[64] == {"zero-filled twins": 6}, got
 
 
 def test_the_check_leaves_random_state_alone(mode):

@@ -11,7 +11,8 @@
 namespace kiln::dispatch {
 namespace {
 
-// An int, a SymInt, or a list or optional of them (their schema type is int).
+// An int or a SymInt, or a list or optional of them. By their real type: a
+// dtype, layout or memory format is an int to TorchScript but names no size.
 bool holds_ints(const c10::TypePtr& type) {
   switch (type->kind()) {
     case c10::TypeKind::IntType:
@@ -28,13 +29,18 @@ bool is_device_tensor(const at::Tensor& t) { return t.defined() && t.device().ty
 
 std::optional<torch::jit::Stack> small_stand_in(const c10::OperatorHandle& op, const torch::jit::Stack& stack,
                                                 size_t first) {
-  for (const c10::Argument& a : op.schema().arguments()) {
-    if (holds_ints(a.type())) return std::nullopt;
+  const std::vector<c10::Argument>& schema = op.schema().arguments();
+  if (stack.size() - first != schema.size()) return std::nullopt;
+  for (size_t i = 0; i < schema.size(); ++i) {
+    const c10::IValue& v = stack[first + i];
+    const bool no_int = v.isNone() || (v.isIntList() && v.toIntList().empty());  // a full reduction's dim
+    if (holds_ints(schema[i].real_type()) && !no_int) return std::nullopt;
   }
   // The device tensors, by storage: each storage's tensors share one shape.
   struct Shared {
     const c10::StorageImpl* storage;
-    const at::Tensor* like;
+    std::vector<int64_t> sizes;
+    caffe2::TypeMeta dtype;
   };
   std::vector<Shared> storages;
   std::vector<int64_t> sizes;
@@ -46,8 +52,8 @@ std::optional<torch::jit::Stack> small_stand_in(const c10::OperatorHandle& op, c
       plain = t.is_contiguous() && t.storage_offset() == 0 && !t.is_conj() && !t.is_neg();
       const c10::StorageImpl* s = t.storage().unsafeGetStorageImpl();
       auto same = std::find_if(storages.begin(), storages.end(), [&](const Shared& e) { return e.storage == s; });
-      if (same == storages.end()) storages.push_back({s, &t});
-      else plain = plain && same->like->sizes() == t.sizes() && same->like->dtype() == t.dtype();
+      if (same == storages.end()) storages.push_back({s, t.sizes().vec(), t.dtype()});
+      else plain = plain && c10::IntArrayRef(same->sizes) == t.sizes() && same->dtype == t.dtype();
       largest = std::max(largest, t.numel());
       for (int64_t n : t.sizes()) sizes.push_back(n);
     });
@@ -72,7 +78,7 @@ std::optional<torch::jit::Stack> small_stand_in(const c10::OperatorHandle& op, c
       if (impl == t.unsafeGetTensorImpl()) return tensor;
     }
     for (const auto& [impl, tensor] : made) {
-      if (tensor.defined() && impl->storage().unsafeGetStorageImpl() == s) {
+      if (impl->storage().unsafeGetStorageImpl() == s) {
         at::Tensor view = at::alias(tensor);
         made.emplace_back(t.unsafeGetTensorImpl(), view);
         return view;

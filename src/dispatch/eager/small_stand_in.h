@@ -13,8 +13,8 @@
 // keeping their order (so equal sizes stay equal, and which is larger
 // stays so); 0 and 1 stay. It exists only where nothing else in the call
 // refers to sizes: every device tensor contiguous at offset 0, tensors
-// sharing storage of one shape, and no integer argument (a view's shape, a
-// dim, a narrow's length could name a size).
+// sharing storage of one shape, and no integer argument that holds an
+// integer (a view's shape, a dim, a narrow's length could name a size).
 #pragma once
 
 #include <ATen/core/dispatch/Dispatcher.h>
