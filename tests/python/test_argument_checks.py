@@ -176,6 +176,34 @@ def test_refused_large_arguments_raise_eagers_error_at_the_op(mode, name, make):
     sync()
 
 
+VAR_WARNINGS = """
+import json, warnings, torch, kiln
+kiln.set_mode("lazy")
+x = torch.randn(1 << 17)
+heard = {}
+for device in ["cpu", kiln.DEVICE_NAME]:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        heard[device] = torch.var(x.to(device), correction=5).cpu().item()
+    heard[device + " warnings"] = [str(w.message) for w in caught]
+print(json.dumps(heard))
+"""
+
+
+def test_a_large_call_warns_as_eager_does_not_as_its_stand_in_would():
+    """var with a correction of 5 over 2^17 elements: eager does not warn,
+    and kiln must not either, though the small stand-in, with fewer
+    elements than the correction, warns that its degrees of freedom are
+    <= 0 (so the call is checked at full size instead). Under the fixed
+    policy, which checks every first call on twins, with no stored verdicts."""
+    env = {"KILN_CACHE": "0", "KILN_COMPILE_THRESHOLD": "1", "KILN_ASYNC_COMPILE": "0"}
+    r = run_python(VAR_WARNINGS, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    heard = json.loads(r.stdout)
+    assert heard["cpu warnings"] == [] and heard[f"{DEVICE} warnings"] == [], heard
+    assert heard[DEVICE] == pytest.approx(heard["cpu"], rel=1e-5), heard
+
+
 LARGE_CHAIN = """
 import json, os, torch, kiln
 kiln.set_mode("lazy")

@@ -3,6 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <c10/core/DeviceGuard.h>
 #include <c10/core/ScalarType.h>
+#include <c10/util/Exception.h>
 #include <c10/util/overflows.h>
 
 #include <algorithm>
@@ -138,17 +139,32 @@ OpInfo::Verdict check_on_zeroed_twins(const c10::OperatorHandle& op, const OpInf
   return agrees ? OpInfo::Verdict::Agrees : OpInfo::Verdict::Disagrees;
 }
 
+namespace {
+
+// Whether anything warned while it was installed: a stand-in's warning may
+// be about its small sizes (var with a correction above its element count).
+class NoteWarnings : public c10::WarningHandler {
+ public:
+  void process(const c10::Warning&) override { warned = true; }
+  bool warned = false;
+};
+
+}  // namespace
+
 OpInfo::Verdict check_case_on_twins(const c10::OperatorHandle& op, const OpInfo& info, const torch::jit::Stack& stack,
                                     size_t first, c10::DeviceIndex index, const InferredShapes& shapes) {
   if (shapes.argument_pattern != 0) {
     if (std::optional<torch::jit::Stack> small = small_stand_in(op, stack, first)) {
       try {
+        NoteWarnings warnings;
+        const c10::WarningUtils::WarningHandlerGuard guard(&warnings);
         ShapeCache scratch;
         std::shared_ptr<const InferredShapes> small_shapes = infer_shapes(op, info.mutable_arg, *small, first, scratch);
         // The same case by the case's own definition, strides and sharing
         // included (contiguous strides of small sizes can fall into other classes).
         if (small_shapes->argument_pattern == shapes.argument_pattern &&
-            check_on_zeroed_twins(op, info, *small, first, index, *small_shapes) == OpInfo::Verdict::Agrees) {
+            check_on_zeroed_twins(op, info, *small, first, index, *small_shapes) == OpInfo::Verdict::Agrees &&
+            !warnings.warned) {
           Metrics::global().add(Counter::FirstSightChecks, "small stand-in");
           return OpInfo::Verdict::Agrees;
         }

@@ -42,8 +42,8 @@ OpInfo::Verdict check_on_zeroed_twins(const c10::OperatorHandle& op, const OpInf
 
 // The first-sight check of a traced call: check_on_zeroed_twins on a small
 // call of the same case (small_stand_in.h) where there is one and it
-// agrees, else on the call itself. What the small call raises, or a
-// disagreement, is checked again at full size: eager's message names the
+// agrees, else on the call itself. What the small call raises or warns, or
+// a disagreement, is checked again at full size: eager's message names the
 // call's own sizes, and a kernel may bound sizes in ways the case does not
 // describe.
 OpInfo::Verdict check_case_on_twins(const c10::OperatorHandle& op, const OpInfo& info, const torch::jit::Stack& stack,
