@@ -148,8 +148,11 @@ def test_first_call_of_a_traced_op_is_checked_without_a_sync(dev):
 
 
 # A large call's first-sight check runs on a small call of the same case
-# (src/dispatch/eager/small_stand_in.h); what that raises is checked again
-# at full size, so the error is eager's, sizes and all.
+# (src/dispatch/eager/small_stand_in.h). These large refusals raise eager's
+# error, sizes and all. They do not pin the path where a stand-in raises and
+# the full-size check decides: raising the stand-in's error instead left
+# them passing (the meta kernel raises first, or the message names no
+# size), and no traced op was found whose stand-in alone raises.
 LARGE = 1 << 17
 REFUSED_LARGE = [
     ("half fill_ beyond its range", lambda to: lambda: to(torch.zeros(LARGE, dtype=torch.half)).fill_(1e20)),
