@@ -3,10 +3,13 @@ bench/run_bench.py starts one of these per pair, so no contender inherits
 another's compiles, allocator state or warm caches.
 
     python bench/measure_one.py WORKLOAD CONTENDER --scale S --warmup-s W --reps R --budget-s B --out FILE
+    python bench/measure_one.py WORKLOAD CONTENDER --scale S --first-only --out FILE
 
 Writes one JSON object to FILE: the first step (cold: includes every compile),
 the warm-up, and the per-step times of the steady state (median, min, max,
 reps); kiln contenders add their peak device memory, kiln lazy its metrics.
+With --first-only, the process stops after its first step (one more sample of
+a cold first step: bench/run_bench.py's "first_samples").
 """
 
 import time
@@ -71,7 +74,7 @@ def timed_steps(step, sync, reps, budget_s):
     return times
 
 
-def measure(workload, contender, scale, warmup_s, reps, budget_s):
+def measure(workload, contender, scale, warmup_s, reps, budget_s, first_only=False):
     """The numbers of one pair, as a dict (see the module docstring)."""
     if contender.kiln_mode is None:
         device = "cpu"
@@ -106,6 +109,8 @@ def measure(workload, contender, scale, warmup_s, reps, budget_s):
     first_usage = usage_between(usage0, resource.getrusage(resource.RUSAGE_SELF))
     first_breakdown = per_step(kiln.metrics.breakdown(), 1) if lazy else None
     del out
+    if first_only:
+        return {"startup_s": started_s, "build_s": build_s, "first_s": first_s, "first_usage": first_usage}
 
     warmup_times = []
     warm_s, warm_steps = warm_up(step, sync, warmup_s, warmup_times)
@@ -173,16 +178,18 @@ def main(argv=None):
     parser.add_argument("workload")
     parser.add_argument("contender")
     parser.add_argument("--scale", type=float, required=True)
-    parser.add_argument("--warmup-s", type=float, required=True)
-    parser.add_argument("--reps", type=int, required=True, help="at most this many timed steps")
-    parser.add_argument("--budget-s", type=float, required=True, help="timed steps stop after this (3 at least)")
+    parser.add_argument("--first-only", action="store_true", help="stop after the first step")
+    parser.add_argument("--warmup-s", type=float, default=0.0)
+    parser.add_argument("--reps", type=int, default=3, help="at most this many timed steps")
+    parser.add_argument("--budget-s", type=float, default=0.0, help="timed steps stop after this (3 at least)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)  # the same for every contender; kiln's kernels use torch's pool
     workload = next(w for w in workloads.WORKLOADS if w.name == args.workload)
     try:
-        result = measure(workload, BY_KEY[args.contender], args.scale, args.warmup_s, args.reps, args.budget_s)
+        contender = BY_KEY[args.contender]
+        result = measure(workload, contender, args.scale, args.warmup_s, args.reps, args.budget_s, args.first_only)
     except Exception as e:  # a contender that cannot run this workload gets a row saying why
         traceback.print_exc()
         result = {"skipped": f"failed: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"}

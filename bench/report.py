@@ -41,6 +41,26 @@ def mib(b):
     return f"{b / 2**20:.1f}"
 
 
+def first_samples_bullet(data):
+    """The Method bullet on first steps taken over several processes, or nothing where none were."""
+    n = data.get("settings", {}).get("first_samples", 0)
+    sampled = [c for c in data.get("contenders", []) if c.get("first_sampled_on")]
+    if not n or not sampled:
+        return []
+    where = ", ".join(
+        f"{c['key']} ({'every workload' if c['first_sampled_on'] == 'all' else ', '.join(c['first_sampled_on'])})"
+        for c in sampled
+    )
+    return [
+        f'- **First steps of several processes**: where a "not slower" target compares first steps, a '
+        f"contender's first step in a round is the median over {n + 1} fresh processes: its timed one and {n} "
+        "that stop after their first step, run after the workload's timed processes (sample 1 of every such "
+        "contender, then sample 2, ...). One process's first step is mostly compiles and fresh pages, and two "
+        "processes of one contender differed by up to 19% in a run. Sampled: "
+        f"{where}. The JSON keeps each process's first step (`first_samples`) and the timed one's (`first_s_timed`).",
+    ]
+
+
 def method(data):
     st = data.get("settings", {})
     m = data["machine"]
@@ -77,6 +97,7 @@ def method(data):
         "min-max over rounds as its spread. A ratio is computed round by round (eager CPU time / kiln time of the "
         "same round and workload; likewise torch.compile / kiln) and reported as the median of the per-round "
         "ratios with their min-max. Bandwidth shares are per round too (against the same round's triad).",
+        *first_samples_bullet(data),
         "- **Noise floor**: a second process of the fixed policy (every workload) and of eager CPU "
         "(`varlen_infer`) runs in each round beside the first. Their ratio is what two runs of one thing differ "
         'by on this machine; a "not slower" target between contenders that do the same work reads a ratio '

@@ -25,6 +25,7 @@ import platform
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -38,7 +39,9 @@ from contenders import BY_KEY, CONTENDERS, WARM_START_WORKLOADS  # noqa: E402
 # Per mode: workload size scale, rounds, the child's warm-up (seconds, 3 steps
 # at least), timed steps (at most `reps`, stopping after `budget_s` once 3 are
 # in), where torch.compile runs ("all" or a tuple of workloads) and in how many
-# rounds, the STREAM array size, and how long one child may take.
+# rounds, the first-step-only processes per round beside the timed one of each
+# contender whose first step a "not slower" target compares (Contender.
+# first_sampled_on), the STREAM array size, and how long one child may take.
 #
 # Sized from costs measured on the 2-core VM (Dec 2026, other work running):
 # a child costs ~3.5-4 s before its first step even on tiny sizes (import
@@ -53,7 +56,9 @@ from contenders import BY_KEY, CONTENDERS, WARM_START_WORKLOADS  # noqa: E402
 #   first 2 rounds (5 would take the run past 40 minutes). Its timed steps
 #   are bound by the budget, not `reps`: a fast workload's median over 10
 #   steps of 2 ms moved 5-10% between processes of one contender (pointwise
-#   chain), over the budget's ~500 steps 2-5%.
+#   chain), over the budget's ~500 steps 2-5%. Two first-step-only processes
+#   (1.5-5 s each) per sampled pair add ~3 minutes a round: a first step is
+#   then the median of 3 processes.
 MODES = {
     "smoke": {
         "scale": 0.002,
@@ -63,6 +68,7 @@ MODES = {
         "budget_s": 0.1,
         "compile_on": (),
         "compile_rounds": 0,
+        "first_samples": 0,
         "stream_elements": 1 << 16,
         "child_timeout_s": 300,
     },
@@ -74,6 +80,7 @@ MODES = {
         "budget_s": 0.3,
         "compile_on": ("gpt_train",),
         "compile_rounds": 1,
+        "first_samples": 0,
         "stream_elements": 1 << 24,
         "child_timeout_s": 600,
     },
@@ -85,6 +92,7 @@ MODES = {
         "budget_s": 1.0,
         "compile_on": "all",
         "compile_rounds": 2,
+        "first_samples": 2,
         "stream_elements": 1 << 26,
         "child_timeout_s": 1800,
     },
@@ -155,8 +163,9 @@ def run_child(argv, env, timeout_s):
     return result, wall
 
 
-def measure_pair(workload, contender, settings):
-    """One pair in a fresh process; the result gets its process wall time."""
+def measure_pair(workload, contender, settings, sample=0):
+    """One pair in a fresh process; the result gets its process wall time.
+    `sample` > 0: a first-step-only process (one more sample of its first step)."""
     # Each process starts cold: an empty compile cache of its own (Inductor's, or kiln's store).
     cached = contender.compiled or contender.kiln_mode is not None
     cache_dir = tempfile.mkdtemp(prefix="kiln-bench-cache-") if cached else None
@@ -185,8 +194,9 @@ def measure_pair(workload, contender, settings):
             if "skipped" in primed:
                 result, wall = {"skipped": "priming the store " + primed["skipped"]}, 0.0
         if result is None:
+            args = argv(contender.key, settings["warmup_s"], settings["reps"], settings["budget_s"])
             result, wall = run_child(
-                argv(contender.key, settings["warmup_s"], settings["reps"], settings["budget_s"]),
+                args + ["--first-only"] if sample else args,
                 child_env(contender, cache_dir),
                 settings["child_timeout_s"],
             )
@@ -280,17 +290,40 @@ def runs_on(contender, name):
 
 
 def plan(settings, names):
-    """The pairs in run order: [(round, workload, contender)], rounds outermost."""
+    """The processes in run order: [(round, workload, contender, sample)], rounds
+    outermost, then workloads. Sample 0 is a pair's timed process; after a
+    workload's timed processes come its first-step-only ones, sample 1 of every
+    sampled contender, then sample 2, and so on, so they interleave too."""
     pairs = []
     for r in range(1, settings["rounds"] + 1):
         for name in names:
+            timed = []
             for c in CONTENDERS:
                 if c.reason is not None or not runs_on(c, name):
                     continue
                 if c.compiled and (not compiled_on(settings, name) or r > settings["compile_rounds"]):
                     continue
-                pairs.append((r, name, c))
+                timed.append((r, name, c, 0))
+            pairs += timed
+            for i in range(1, settings["first_samples"] + 1):
+                pairs += [(r, name, c, i) for _, _, c, _ in timed if c.first_sampled(name) and not c.warm_store]
     return pairs
+
+
+def merge_first_samples(timed, samples):
+    """The timed process's result with the first steps of its pair's first-step-only
+    processes: "first_s" becomes the median over all of them (the timed one's own
+    stays in "first_s_timed"), "first_samples" keeps each process's first step."""
+    if "first_s" not in timed or not samples:
+        return timed
+    timed["first_samples"] = [
+        {"first_s": s.get("first_s"), "minor_faults": s.get("first_usage", {}).get("minor_faults")}
+        | ({"skipped": s["skipped"]} if "skipped" in s else {})
+        for s in [timed, *samples]
+    ]
+    timed["first_s_timed"] = timed["first_s"]
+    timed["first_s"] = statistics.median(s["first_s"] for s in timed["first_samples"] if s["first_s"] is not None)
+    return timed
 
 
 def left_out(mode, settings, names, all_names):
@@ -310,6 +343,11 @@ def left_out(mode, settings, names, all_names):
             )
         if settings["compile_rounds"] < settings["rounds"]:
             out.append(f"torch.compile: in {settings['compile_rounds']} of the {settings['rounds']} rounds")
+    if settings["first_samples"] < MODES["full"]["first_samples"]:
+        out.append(
+            f'first steps compared by a "not slower" target: the median of {settings["first_samples"] + 1} '
+            f"process(es) per round instead of {MODES['full']['first_samples'] + 1}"
+        )
     if mode != "full" or settings["rounds"] < MODES["full"]["rounds"]:
         out.append(
             f"size scale {settings['scale']} instead of 1.0, {settings['rounds']} round(s) instead of "
@@ -331,6 +369,8 @@ def settings_for(args):
         settings["compile_rounds"] = settings["rounds"]
     if args.compile_rounds is not None:
         settings["compile_rounds"] = args.compile_rounds
+    if args.first_samples is not None:
+        settings["first_samples"] = args.first_samples
     settings["compile_rounds"] = min(settings["compile_rounds"], settings["rounds"])
     settings["jobs"] = args.jobs
     # All cores for every contender; children run side by side only in the smoke test, which times nothing.
@@ -342,10 +382,12 @@ def run_pairs(pairs, settings, jobs):
     """Measures every pair; one at a time unless `jobs` > 1 (the smoke test only)."""
 
     def one(i_pair):
-        i, (r, name, c) = i_pair
-        result = measure_pair(name, c, settings)
+        i, (r, name, c, sample) = i_pair
+        result = measure_pair(name, c, settings, sample)
         result["round"] = r
-        if "median_s" in result:
+        if sample and "first_s" in result:
+            what = f"first-step sample {sample}: first {result['first_s'] * 1e3:9.1f} ms"
+        elif "median_s" in result:
             what = f"median {result['median_s'] * 1e3:10.3f} ms (first {result['first_s'] * 1e3:9.1f} ms, "
             what += f"{result['reps']} reps)"
         else:
@@ -382,6 +424,7 @@ def main(argv=None):
     parser.add_argument("--rounds", type=int, default=None, help="rounds for every contender")
     parser.add_argument("--compile-on", default=None, help='"all" or comma-separated workloads for torch.compile')
     parser.add_argument("--compile-rounds", type=int, default=None, help="rounds torch.compile runs in (the first N)")
+    parser.add_argument("--first-samples", type=int, default=None, help="first-step-only processes per sampled pair")
     parser.add_argument("--jobs", type=int, default=1, help="children at once; > 1 only with --smoke (no timing)")
     parser.add_argument("--micro", default="build/kiln_runtime_bench")
     parser.add_argument("--out", default=None)
@@ -408,7 +451,16 @@ def main(argv=None):
         "settings": settings,
         "left_out": left_out(mode, settings, names, all_names),
         "machine": machine(),
-        "contenders": [{"key": c.key, "label": c.label, "reason": c.reason, "repeats": c.repeats} for c in CONTENDERS],
+        "contenders": [
+            {
+                "key": c.key,
+                "label": c.label,
+                "reason": c.reason,
+                "repeats": c.repeats,
+                "first_sampled_on": c.first_sampled_on,
+            }
+            for c in CONTENDERS
+        ],
         "workloads": [],
     }
     # Memory bandwidth once per round, before the round's pairs, so bandwidth
@@ -421,8 +473,10 @@ def main(argv=None):
         print(f"round {r} memory bandwidth: {s}", flush=True)
         round_pairs = [p for p in pairs if p[0] == r]
         results = run_pairs(round_pairs, settings, settings["jobs"])
-        for (_, name, c), res in zip(round_pairs, results):
-            runs.setdefault((name, c.key), []).append(res)
+        timed = {(name, c.key): res for (_, name, c, sample), res in zip(round_pairs, results) if not sample}
+        for (name, key), res in timed.items():
+            samples = [s for (_, n, c, i), s in zip(round_pairs, results) if i and (n, c.key) == (name, key)]
+            runs.setdefault((name, key), []).append(merge_first_samples(res, samples))
     good = [s for s in stream if "triad_GBps" in s]
     data["stream"] = {
         "rounds": stream,

@@ -68,3 +68,35 @@ def test_bench_smoke(tmp_path):
     assert "### What bounds the targets not met\n\nThe chain is bound by its exp." in report.markdown(
         data, [], notes_path=str(notes)
     )
+
+
+def test_a_sampled_first_step_is_the_median_of_its_processes(tmp_path):
+    out = run_bench.main(
+        [
+            "--smoke",
+            "--only",
+            "small_op_storm",
+            "--first-samples",
+            "1",
+            "--jobs",
+            "2",
+            "--out",
+            str(tmp_path / "s.json"),
+        ]
+    )
+    with open(out) as fh:
+        data = json.load(fh)
+    (w,) = data["workloads"]
+    for key in ("kiln_lazy", "kiln_lazy_fixed", "kiln_lazy_fixed_again"):  # sampled on every workload
+        (run,) = w["results"][key]["runs"]
+        timed, sample = run["first_samples"]
+        assert timed["first_s"] == run["first_s_timed"] and sample["first_s"] > 0, run
+        assert run["first_s"] == (timed["first_s"] + sample["first_s"]) / 2  # the median of two
+        assert sample["minor_faults"] >= 0
+    for key in ("cpu_eager", "kiln_eager"):  # not sampled here
+        (run,) = w["results"][key]["runs"]
+        assert "first_samples" not in run and "first_s_timed" not in run
+    assert data["settings"]["first_samples"] == 1
+    assert "median of 2 process(es) per round instead of 3" in " ".join(data["left_out"])
+    text = report.markdown(data, [], notes_path=None)
+    assert "**First steps of several processes**" in text and "median over 2 fresh processes" in text

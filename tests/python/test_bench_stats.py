@@ -268,14 +268,14 @@ def test_plan_interleaves_rounds_and_says_what_it_left_out(mode):
     settings = dict(run_bench.MODES[mode])
     names = ["a", "gpt_train", "b"]
     pairs = run_bench.plan(settings, names)
-    rounds = [r for r, _, _ in pairs]
+    rounds = [r for r, _, _, _ in pairs]
     assert rounds == sorted(rounds) and set(rounds) == set(range(1, settings["rounds"] + 1))
-    first = [(n, c.key) for r, n, c in pairs if r == 1]
+    first = [(n, c.key) for r, n, c, i in pairs if r == 1 and not i]
     assert [n for n, _ in first] == sorted([n for n, _ in first], key=names.index)  # workload by workload
     for r in range(1, settings["rounds"] + 1):  # every round has every pair it plans, once
-        again = [(n, c.key) for rr, n, c in pairs if rr == r]
+        again = [(n, c.key, i) for rr, n, c, i in pairs if rr == r]
         assert len(again) == len(set(again))
-    compiled = {(r, n) for r, n, c in pairs if c.compiled}
+    compiled = {(r, n) for r, n, c, _ in pairs if c.compiled}
     left = " ".join(run_bench.left_out(mode, settings, names, names))
     if mode == "full":
         # every workload compiled in the first compile_rounds rounds, and the report says so
@@ -287,15 +287,48 @@ def test_plan_interleaves_rounds_and_says_what_it_left_out(mode):
         assert not compiled and "torch.compile: not run at all" in left
 
 
+def test_first_step_samples_follow_their_workloads_timed_processes_and_give_the_median():
+    settings = dict(run_bench.MODES["full"], rounds=1)
+    pairs = run_bench.plan(settings, ["gpt_train", "varlen_infer"])
+    samples = [(n, c.key, i) for _, n, c, i in pairs if i]
+    assert samples == [
+        (name, key, i)
+        for name, keys in (
+            ("gpt_train", ("kiln_lazy", "kiln_lazy_fixed", "kiln_lazy_fixed_again")),
+            ("varlen_infer", ("cpu_eager", "kiln_lazy", "kiln_lazy_fixed", "kiln_lazy_fixed_again", "cpu_eager_again")),
+        )
+        for i in range(1, settings["first_samples"] + 1)
+        for key in keys
+    ]
+    # Each workload's samples come after its timed processes, before the next workload's.
+    for name in ("gpt_train", "varlen_infer"):
+        kinds = [bool(i) for _, n, _, i in pairs if n == name]
+        assert kinds == sorted(kinds) and any(kinds) and not all(kinds)
+    names = [n for _, n, _, _ in pairs]
+    assert names == sorted(names, key=["gpt_train", "varlen_infer"].index)
+
+    timed = {"first_s": 0.30, "median_s": 0.1, "first_usage": {"minor_faults": 7}}
+    merged = run_bench.merge_first_samples(
+        timed, [{"first_s": 0.10, "first_usage": {"minor_faults": 5}}, {"skipped": "failed"}, {"first_s": 0.20}]
+    )
+    assert merged["first_s"] == 0.20 and merged["first_s_timed"] == 0.30 and merged["median_s"] == 0.1
+    assert [s["first_s"] for s in merged["first_samples"]] == [0.30, 0.10, None, 0.20]
+    assert merged["first_samples"][0]["minor_faults"] == 7 and merged["first_samples"][2]["skipped"] == "failed"
+    assert run_bench.merge_first_samples({"first_s": 0.3}, []) == {"first_s": 0.3}  # nothing sampled: unchanged
+    assert run_bench.merge_first_samples({"skipped": "x"}, [{"first_s": 0.1}]) == {"skipped": "x"}
+
+
 def test_overrides_rounds_and_compile_workloads():
-    args = argparse.Namespace(smoke=False, quick=True, rounds=7, compile_on="all", compile_rounds=None, jobs=1)
+    args = argparse.Namespace(
+        smoke=False, quick=True, rounds=7, compile_on="all", compile_rounds=None, first_samples=None, jobs=1
+    )
     mode, settings = run_bench.settings_for(args)
     assert mode == "quick" and settings["rounds"] == 7 and settings["compile_rounds"] == 7
     assert run_bench.compiled_on(settings, "anything")
     args.compile_rounds = 2
     _, settings = run_bench.settings_for(args)
     pairs = run_bench.plan(settings, ["w"])
-    assert [r for r, _, c in pairs if c.compiled] == [1, 2]
+    assert [r for r, _, c, _ in pairs if c.compiled] == [1, 2]
     assert "torch.compile: in 2 of the 7 rounds" in run_bench.left_out("full", settings, ["w"], ["w"])
 
 
@@ -342,10 +375,10 @@ def test_a_loaded_run_says_it_is_not_a_verdict():
 def test_warm_start_and_second_processes_are_planned_on_their_workloads_and_warm_start_reported():
     settings = dict(run_bench.MODES["quick"])
     pairs = run_bench.plan(settings, ["gpt_train", "mlp_train", "lstm_lm_train"])
-    warm = {n for _, n, c in pairs if c.warm_store}
+    warm = {n for _, n, c, _ in pairs if c.warm_store}
     assert warm == {"gpt_train", "lstm_lm_train"}
     pairs = run_bench.plan(settings, ["gpt_train", "varlen_infer"])
-    again = {(n, c.key) for _, n, c in pairs if c.repeats}
+    again = {(n, c.key) for _, n, c, _ in pairs if c.repeats}
     assert again == {
         ("gpt_train", "kiln_lazy_fixed_again"),
         ("varlen_infer", "kiln_lazy_fixed_again"),
