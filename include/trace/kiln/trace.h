@@ -26,8 +26,9 @@ constexpr size_t kInlineRank = 5;
 struct Buffer {
   void* base = nullptr;
   size_t nbytes = 0;
-  // Allocated for an output of this trace: nothing outside the trace has
-  // seen its contents, so if its owner frees it before the flush
+  // Allocated for an output of this trace, or overwritten whole by the
+  // trace's first op that touches it: nothing outside the trace will see
+  // what it held before, so if its owner frees it before the flush
   // (`dead`), its stores can be dropped.
   bool fresh = false;
   bool dead = false;

@@ -140,6 +140,12 @@ NeuronDeviceAllocator g_allocator;
 ReuseHeldBlocks::ReuseHeldBlocks() : previous_(t_reuse_held_blocks) { t_reuse_held_blocks = true; }
 ReuseHeldBlocks::~ReuseHeldBlocks() { t_reuse_held_blocks = previous_; }
 
+bool allocated_by_device_pool(const c10::Storage& storage) {
+  const c10::Device device = storage.device();
+  return device.is_privateuseone() && device.index() >= 0 && device.index() < runtime::kMaxDevices &&
+         storage.data_ptr().get_deleter() == kDeleters[device.index()];
+}
+
 REGISTER_ALLOCATOR(c10::DeviceType::PrivateUse1, &g_allocator);
 
 }  // namespace kiln::dispatch

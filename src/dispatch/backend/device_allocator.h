@@ -2,7 +2,14 @@
 // in device_allocator.cpp).
 #pragma once
 
+#include <c10/core/Storage.h>
+
 namespace kiln::dispatch {
+
+// Whether the storage's memory came from a device pool through this
+// allocator: freeing it then reaches the pending trace first (a trace may
+// drop the stores of a buffer freed before its flush).
+bool allocated_by_device_pool(const c10::Storage& storage);
 
 // While one is alive on this thread, in lazy mode, an allocation may take the
 // memory of a buffer that only the pending trace still keeps alive (its owner

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "dispatch/backend/device_allocator.h"
+
 namespace kiln::dispatch {
 
 std::optional<ir::DType> ir_dtype(at::ScalarType t) {
@@ -254,14 +256,39 @@ void LowerCtx::decline_overlaps() const {
   }
 }
 
+// Whether this op writes every byte of the storage at `base` and reads none:
+// a store covers it whole (a dense view at offset 0 over all its bytes; a
+// store writes every element of its view) and no load reads it. What the
+// buffer held before does not matter to the trace then.
+bool LowerCtx::overwrites_whole(const void* base) const {
+  bool whole = false;
+  for (const auto& o : op_.stores) {
+    const at::Tensor& t = tensors_[o.view.buffer];
+    if (t.storage().data() != base) continue;
+    whole = whole || (t.storage_offset() == 0 && t.is_non_overlapping_and_dense() &&
+                      t.numel() * static_cast<int64_t>(t.element_size()) == static_cast<int64_t>(t.storage().nbytes()));
+  }
+  for (const auto& v : op_.loads) {
+    if (tensors_[v.buffer].storage().data() == base) return false;
+  }
+  return whole;
+}
+
 void LowerCtx::commit(trace::PendingTrace& rec) {
   c10::SmallVector<int32_t, 4> ids(tensors_.size());
   for (size_t k = 0; k < tensors_.size(); ++k) {
     const c10::Storage& s = tensors_[k].storage();
     void* base = s.mutable_data();
+    // A buffer the trace writes whole before it reads it (zeros(), then a
+    // gradient copied into a slice) counts as the trace's own, as an
+    // output allocated for it does: not held until the flush, and if freed
+    // before it, its stores are dropped. Holding it would change what the
+    // program does: autograd sums a gradient into a buffer in place only
+    // when nothing else holds its storage, and out of place allocates.
+    const bool own = tensor_fresh_[k] || (!rec.touches(base) && allocated_by_device_pool(s) && overwrites_whole(base));
     std::shared_ptr<void> keepalive;  // the trace holds buffers it did not allocate until the flush
-    if (!tensor_fresh_[k] && !rec.touches(base)) keepalive = std::make_shared<c10::Storage>(s);
-    ids[k] = rec.buffer(base, s.nbytes(), tensor_fresh_[k], keepalive);
+    if (!own && !rec.touches(base)) keepalive = std::make_shared<c10::Storage>(s);
+    ids[k] = rec.buffer(base, s.nbytes(), own, keepalive);
   }
   for (auto& v : op_.loads) v.buffer = ids[v.buffer];
   for (auto& o : op_.stores) o.view.buffer = ids[o.view.buffer];

@@ -77,6 +77,7 @@ class LowerCtx {
 
  private:
   trace::View view_of(const at::Tensor& t, bool output);
+  bool overwrites_whole(const void* base) const;
 
   const char* name_;
   const torch::jit::Stack& stack_;
