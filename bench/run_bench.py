@@ -348,13 +348,19 @@ def left_out(mode, settings, names, all_names):
             f'first steps compared by a "not slower" target: the median of {settings["first_samples"] + 1} '
             f"process(es) per round instead of {MODES['full']['first_samples'] + 1}"
         )
-    if mode != "full" or settings["rounds"] < MODES["full"]["rounds"]:
-        out.append(
-            f"size scale {settings['scale']} instead of 1.0, {settings['rounds']} round(s) instead of "
-            f"{MODES['full']['rounds']}, "
+    full = MODES["full"]
+    smaller = []
+    if settings["scale"] != full["scale"]:
+        smaller.append(f"size scale {settings['scale']} instead of {full['scale']}")
+    if settings["rounds"] < full["rounds"]:
+        smaller.append(f"{settings['rounds']} round(s) instead of {full['rounds']}")
+    if any(settings[k] != full[k] for k in ("warmup_s", "reps", "budget_s")):
+        smaller.append(
             f"warm-up {settings['warmup_s']} s, at most {settings['reps']} timed steps or {settings['budget_s']} s "
-            "per process"
+            f"per process instead of {full['warmup_s']} s, {full['reps']} and {full['budget_s']} s"
         )
+    if smaller:
+        out.append(", ".join(smaller))
     return out
 
 
