@@ -285,9 +285,10 @@ void LowerCtx::commit(trace::PendingTrace& rec) {
     // before it, its stores are dropped. Holding it would change what the
     // program does: autograd sums a gradient into a buffer in place only
     // when nothing else holds its storage, and out of place allocates.
-    const bool own = tensor_fresh_[k] || (!rec.touches(base) && allocated_by_device_pool(s) && overwrites_whole(base));
+    const bool touched = rec.touches(base);
+    const bool own = tensor_fresh_[k] || (!touched && allocated_by_device_pool(s) && overwrites_whole(base));
     std::shared_ptr<void> keepalive;  // the trace holds buffers it did not allocate until the flush
-    if (!own && !rec.touches(base)) keepalive = std::make_shared<c10::Storage>(s);
+    if (!own && !touched) keepalive = std::make_shared<c10::Storage>(s);
     ids[k] = rec.buffer(base, s.nbytes(), own, keepalive);
   }
   for (auto& v : op_.loads) v.buffer = ids[v.buffer];
