@@ -188,8 +188,9 @@ def main(argv=None):
     torch.set_num_threads(args.threads)  # the same for every contender; kiln's kernels use torch's pool
     workload = next(w for w in workloads.WORKLOADS if w.name == args.workload)
     try:
-        contender = BY_KEY[args.contender]
-        result = measure(workload, contender, args.scale, args.warmup_s, args.reps, args.budget_s, args.first_only)
+        result = measure(
+            workload, BY_KEY[args.contender], args.scale, args.warmup_s, args.reps, args.budget_s, args.first_only
+        )
     except Exception as e:  # a contender that cannot run this workload gets a row saying why
         traceback.print_exc()
         result = {"skipped": f"failed: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"}

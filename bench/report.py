@@ -55,8 +55,8 @@ def first_samples_bullet(data):
         f'- **First steps of several processes**: where a "not slower" target compares first steps, a '
         f"contender's first step in a round is the median over {n + 1} fresh processes: its timed one and {n} "
         "that stop after their first step, run after the workload's timed processes (sample 1 of every such "
-        "contender, then sample 2, ...). One process's first step is mostly compiles and fresh pages, and two "
-        "processes of one contender differed by up to 19% in a run. Sampled: "
+        "contender, then sample 2, ...). One process's first step is mostly compiles and fresh pages, whose cost "
+        "varies from process to process more than those targets allow. Sampled: "
         f"{where}. The JSON keeps each process's first step (`first_samples`) and the timed one's (`first_s_timed`).",
     ]
 

@@ -479,10 +479,13 @@ def main(argv=None):
         print(f"round {r} memory bandwidth: {s}", flush=True)
         round_pairs = [p for p in pairs if p[0] == r]
         results = run_pairs(round_pairs, settings, settings["jobs"])
-        timed = {(name, c.key): res for (_, name, c, sample), res in zip(round_pairs, results) if not sample}
-        for (name, key), res in timed.items():
-            samples = [s for (_, n, c, i), s in zip(round_pairs, results) if i and (n, c.key) == (name, key)]
-            runs.setdefault((name, key), []).append(merge_first_samples(res, samples))
+        samples = {}
+        for (_, name, c, sample), res in zip(round_pairs, results):
+            if sample:
+                samples.setdefault((name, c.key), []).append(res)
+        for (_, name, c, sample), res in zip(round_pairs, results):
+            if not sample:
+                runs.setdefault((name, c.key), []).append(merge_first_samples(res, samples.get((name, c.key), [])))
     good = [s for s in stream if "triad_GBps" in s]
     data["stream"] = {
         "rounds": stream,

@@ -63,6 +63,14 @@ int64_t bits_of(double d) {
   return b;
 }
 
+// Whether anything warned while it was installed: a stand-in's warning may
+// be about its small sizes (var with a correction above its element count).
+class NoteWarnings : public c10::WarningHandler {
+ public:
+  void process(const c10::Warning&) override { warned = true; }
+  bool warned = false;
+};
+
 }  // namespace
 
 uint64_t argument_case(uint64_t argument_pattern, const torch::jit::Stack& stack, size_t first) {
@@ -138,18 +146,6 @@ OpInfo::Verdict check_on_zeroed_twins(const c10::OperatorHandle& op, const OpInf
   }
   return agrees ? OpInfo::Verdict::Agrees : OpInfo::Verdict::Disagrees;
 }
-
-namespace {
-
-// Whether anything warned while it was installed: a stand-in's warning may
-// be about its small sizes (var with a correction above its element count).
-class NoteWarnings : public c10::WarningHandler {
- public:
-  void process(const c10::Warning&) override { warned = true; }
-  bool warned = false;
-};
-
-}  // namespace
 
 OpInfo::Verdict check_case_on_twins(const c10::OperatorHandle& op, const OpInfo& info, const torch::jit::Stack& stack,
                                     size_t first, c10::DeviceIndex index, const InferredShapes& shapes) {
