@@ -1,7 +1,9 @@
 // The flush pipeline (see include/engine/kiln/engine.h).
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -394,8 +396,8 @@ bool kernels_cached(PreparedPlan& fused, KernelKeys& keys) {
 // Whether no kernel of `plan` holds two ops or more: each kernel would do
 // what its op's library kernel does (varlen_infer's embedding add and its
 // final layer norm, each between two untraced ops), and compiling them
-// costs a first pass more than the fused kernels ever return there
-// (docs/tuning.md, "Tiers").
+// costs a first pass more than the fused kernels return there
+// (docs/tuning.md, "Tiers"): such a trace waits longer (compile_threshold_for).
 bool fuses_nothing(const fusion::Plan& plan) {
   for (const fusion::PlannedKernel& pk : plan.kernels)
     if (plan.regions[pk.region].ops.size() > 1) return false;
@@ -409,47 +411,98 @@ uint64_t after_trace(const trace::Trace& trace, const cache::Key& plan_key) {
   return g_options.queue_low_watermark > 0 ? trace.chain_key : plan_key.low ^ plan_key.high;
 }
 
-// A trace whose ops already ran as library kernels: unless its plan fuses
-// nothing (then it stays in the library tier), counts its occurrence, and
-// compiles its fused kernels (on the compile thread under
-// KILN_ASYNC_COMPILE) once it was seen KILN_COMPILE_THRESHOLD times, or
-// takes them from the caches. Decided by counts and cache contents, never
-// by whether a compile has finished: a kernel queued for compiling is in
-// the memory cache from the flush that queued it, and a later occurrence
-// waits for it on the device's queue.
+// A trace whose plan fuses nothing is compiled only where its largest op
+// covers this many elements: from ATen's grain size (32768), above which a
+// library kernel wakes its thread team, a fixed cost beside most of the
+// op's time that a fused kernel does not pay; to 2^17, above which the
+// op's memory traffic outweighs it. mlp_train's relu and threshold_backward
+// (65536 elements): left as library kernels, its steady step was 0.88x the
+// fixed policy's (`make bench` at 97e994e). gpt_train's larger ones gained
+// nothing measurable, and the compile of its loss gradient's fill_ (one
+// element) cost its fifth step about 15 ms (docs/tuning.md, "Tiers").
+constexpr int64_t kOneOpKernelMinElements = int64_t{1} << 15;
+constexpr int64_t kOneOpKernelMaxElements = int64_t{1} << 17;
+
+int64_t largest_op_elements(const trace::Trace& trace) {
+  int64_t largest = 0;
+  for (const trace::TraceOp& op : trace.ops) {
+    int64_t elements = 1;
+    for (int64_t size : op.sizes) elements *= size;
+    largest = std::max(largest, elements);
+  }
+  return largest;
+}
+
+// The occurrences a library-tier trace needs before its fused kernels are
+// compiled: KILN_COMPILE_THRESHOLD. A trace whose plan fuses nothing needs
+// one more, too few to repay a compile in a pass over new sizes
+// (varlen_infer's first two), enough in a training loop, whose are
+// compiled by its third step; and never where its ops are too small or
+// too large to gain.
+int64_t compile_threshold_for(const trace::Trace& trace, bool plan_fuses_nothing) {
+  if (!plan_fuses_nothing) return g_options.compile_threshold;
+  const int64_t elements = largest_op_elements(trace);
+  if (elements < kOneOpKernelMinElements || elements > kOneOpKernelMaxElements)
+    return std::numeric_limits<int64_t>::max();
+  return g_options.compile_threshold + 1;
+}
+
+// Below the threshold: nothing compiled. Without the compile thread, the
+// occurrence that compiles is recorded for a fused flush, which compiles it
+// and waits.
+Prepared below_threshold(int64_t seen, int64_t threshold) {
+  return !g_options.async_compile && seen + 1 >= threshold ? Prepared::Ready : Prepared::Nothing;
+}
+
+// A fresh plan for a library-tier trace, logged under KILN_LOG=fusion.
+std::shared_ptr<PreparedPlan> plan_library_trace(const trace::Trace& trace) {
+  std::shared_ptr<PreparedPlan> fused = make_plan(trace, g_options.fusion);
+  if (log_enabled("fusion")) {
+    for (size_t r = 0; r < fused->plan.regions.size(); ++r)
+      log("fusion", "(library tier, planned) " + describe(trace, fused->plan.regions[r], r, true));
+  }
+  return fused;
+}
+
+// A trace whose ops already ran as library kernels: counts its occurrence,
+// and compiles its fused kernels (on the compile thread under
+// KILN_ASYNC_COMPILE) once it was seen compile_threshold_for(...) times,
+// or takes them from the caches. Decided by counts and cache contents,
+// never by whether a compile has finished: a kernel queued for compiling
+// is in the memory cache from the flush that queued it, and a later
+// occurrence waits for it on the device's queue.
 Prepared prepare_library_trace(const trace::Trace& trace, const cache::Key& plan_key) {
   const Prepared compiled = g_options.async_compile ? Prepared::Queued : Prepared::Ready;
-  if (std::shared_ptr<const PreparedPlan> made = plan_cache().find(plan_key)) {
-    if (made->fuses_nothing) return Prepared::Nothing;
+  std::shared_ptr<const PreparedPlan> made = plan_cache().find(plan_key);
+  if (made && !made->fuses_nothing) {
     // Made by an earlier trace, its kernels maybe still compiling. (Not
     // Ready: a key marked for fusing by another trace's plan ran into a
     // different trace under that key in gpt_train's first step, a fused
     // occurrence that compiled 8 kernels there and stalled 80-90 ms.)
     return made->ready && !trace.counts_only ? Prepared::Ready : compiled;
   }
-  std::shared_ptr<PreparedPlan> fused = make_plan(trace, g_options.fusion);
-  if (log_enabled("fusion")) {
-    for (size_t r = 0; r < fused->plan.regions.size(); ++r)
-      log("fusion", "(library tier, planned) " + describe(trace, fused->plan.regions[r], r, true));
+  // A plan found here fuses nothing: remembered without kernels, so that
+  // the trace's next occurrences skip planning until it is hot.
+  std::shared_ptr<PreparedPlan> fused = made ? nullptr : plan_library_trace(trace);
+  const bool one_op_kernels = made || fuses_nothing(fused->plan);
+  const int64_t seen = occurrences().next(plan_key);
+  const int64_t threshold = compile_threshold_for(trace, one_op_kernels);
+  if (one_op_kernels && seen < threshold) {
+    if (fused) {
+      fused->fuses_nothing = true;
+      plan_cache().insert(plan_key, std::move(fused));
+    }
+    return below_threshold(seen, threshold);
   }
-  if (fuses_nothing(fused->plan)) {
-    fused->fuses_nothing = true;  // remembered, so that its next occurrences skip planning
-    plan_cache().insert(plan_key, std::move(fused));
-    return Prepared::Nothing;
-  }
+  if (!fused) fused = plan_library_trace(trace);  // hot: planned again, its kernels resolved this time
   KernelKeys keys(fused->plan.kernels.size());
   const bool cached = kernels_cached(*fused, keys) && !trace.counts_only;
-  const int64_t seen = occurrences().next(plan_key);
-  if (cached || seen >= g_options.compile_threshold) {
-    for (size_t i = 0; i < fused->plan.kernels.size(); ++i)
-      if (fused->plan.kernels[i].work != 0) resolve_kernel(*fused, i, keys);
-    fused->ready = cached || !g_options.async_compile;
-    plan_cache().insert(plan_key, std::move(fused));
-    return cached ? Prepared::Ready : compiled;
-  }
-  // Without the compile thread, the occurrence that compiles is recorded
-  // for a fused flush, which compiles it and waits.
-  return !g_options.async_compile && seen + 1 >= g_options.compile_threshold ? Prepared::Ready : Prepared::Nothing;
+  if (!cached && seen < threshold) return below_threshold(seen, threshold);
+  for (size_t i = 0; i < fused->plan.kernels.size(); ++i)
+    if (fused->plan.kernels[i].work != 0) resolve_kernel(*fused, i, keys);
+  fused->ready = cached || !g_options.async_compile;
+  plan_cache().insert(plan_key, std::move(fused));
+  return cached ? Prepared::Ready : compiled;
 }
 
 }  // namespace

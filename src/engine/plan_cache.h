@@ -29,8 +29,8 @@ struct PreparedPlan {
   // queued for the compile thread): a library-tier trace that finds it runs
   // fused next time without a wait (flush.cpp, TraceHistory).
   bool ready = false;
-  // No kernel of the plan holds two ops or more: fusing gains nothing over
-  // the ops' library kernels, and the adaptive policy never compiles it.
+  // No kernel of the plan holds two ops or more, and the trace is not hot
+  // yet (flush.cpp, compile_threshold_for): the plan holds no kernels.
   bool fuses_nothing = false;
 };
 

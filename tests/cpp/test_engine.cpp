@@ -144,8 +144,8 @@ TEST(Engine, OptionsFollowTheKnobs) {
 namespace {
 
 // y = (x * 5 + c) * 1 over 48 elements: two ops, fused into one kernel (a
-// trace whose kernels each hold one op is never compiled by the adaptive
-// policy: AnAdaptiveTraceThatFusesNothingIsNeverCompiled), a kernel of its
+// trace whose kernels each hold one op is compiled one occurrence later:
+// AnAdaptiveTraceThatFusesNothingIsCompiledOneOccurrenceLaterIfSmall), a kernel of its
 // own per c. The first op's output is a fresh buffer the trace's owner
 // freed: no store.
 trace::Trace axpb_plus(void* x, void* y, double c) {
@@ -213,43 +213,59 @@ TEST(Engine, LibraryTierRunsATraceUntilItsKernelsWereQueuedAndSeenAgain) {
   EXPECT_FALSE(engine::start_trace(0, axpb_plus(nullptr, nullptr, 7).ops[0], false).ran_as_library);
 }
 
-// A trace whose every kernel would hold one op runs as its library kernels
-// at every occurrence under the adaptive policy, and compiles nothing: its
-// fused kernel would do what the op's library kernel does. The fixed policy
-// fuses it at first sight.
-TEST(Engine, AnAdaptiveTraceThatFusesNothingIsNeverCompiled) {
-  runtime::Device dev(0, 1 << 20, false);
-  auto* x = static_cast<float*>(dev.allocate(56 * 4));
-  auto* y = static_cast<float*>(dev.allocate(56 * 4));
+// A trace whose every kernel would hold one op gains only each library
+// kernel's fixed cost fused: the adaptive policy compiles it one occurrence
+// later than a trace that fuses, and only where its op covers 2^15 to 2^17
+// elements (else it runs as library kernels at every occurrence, and no
+// kernel is looked up). The fixed policy fuses it at first sight.
+TEST(Engine, AnAdaptiveTraceThatFusesNothingIsCompiledOneOccurrenceLaterWhereItGains) {
+  constexpr int64_t kSmall = (int64_t{1} << 15) - 8, kMid = (int64_t{1} << 15) + 8, kLarge = (int64_t{1} << 17) + 8;
+  runtime::Device dev(0, 1 << 22, false);
+  auto* x = static_cast<float*>(dev.allocate(kLarge * 4));
+  auto* y = static_cast<float*>(dev.allocate(kLarge * 4));
   for (int i = 0; i < 56; ++i) x[i] = static_cast<float>(i);
-  auto occurrences = [&](const engine::Options& o) {
+  auto occurrences = [&](const engine::Options& o, int length) {
     engine::configure(o);
     Metrics::global().reset();
     std::vector<bool> library;
-    for (int occurrence = 0; occurrence < 4; ++occurrence) {
-      trace::Trace t = axpb(x, y, 56, 7.0);  // y = x * 7 + 1: one op, a size no other test flushes
+    for (int occurrence = 0; occurrence < 5; ++occurrence) {
+      trace::Trace t = axpb(x, y, length, 7.0);  // y = x * 7 + 1: one op, sizes no other test flushes
       const engine::TraceStart start = engine::start_trace(0, t.ops[0], false);
       t.start_key = start.key;
       t.ran_as_library = start.ran_as_library;
       library.push_back(start.ran_as_library);
+      std::memset(y, 0, 56 * 4);
       engine::flush(dev, t, "test");
       dev.synchronize();
       engine::program_waited(0);
+      EXPECT_EQ(y[3], start.ran_as_library ? 0.f : 3.f * 7.f + 1.f) << occurrence;
     }
     return library;
   };
   engine::Options adaptive;
   adaptive.async_compile = true;
   adaptive.compile_threshold = 1;
-  EXPECT_EQ(occurrences(adaptive), std::vector<bool>(4, true));
-  EXPECT_EQ(Metrics::global().get(Counter::Tiers, "library"), 4);
-  // Not compiled, nor looked up: no kernel was resolved.
+  // A trace that fuses would be compiled at its first occurrence, and run
+  // fused from its second; this one is compiled at its second, and runs
+  // fused from its third.
+  EXPECT_EQ(occurrences(adaptive, kMid), std::vector<bool>({true, true, false, false, false}));
+  EXPECT_EQ(Metrics::global().get(Counter::Tiers, "library"), 2);
+  EXPECT_EQ(Metrics::global().get(Counter::ExecutableLaunches, "pointwise"), 3);
+  // Before then, not compiled, nor looked up: no kernel was resolved.
+  adaptive.compile_threshold = 5;
+  EXPECT_EQ(occurrences(adaptive, kMid + 1), std::vector<bool>(5, true));
   EXPECT_EQ(Metrics::global().get(Counter::KernelsCompiled, "pointwise"), 0);
   EXPECT_EQ(Metrics::global().get(Counter::ExecutableCache, "miss"), 0);
   EXPECT_EQ(Metrics::global().get(Counter::ExecutableCache, "hit"), 0);
-  EXPECT_EQ(occurrences(engine::Options{}), std::vector<bool>(4, false));  // the fixed policy
-  EXPECT_EQ(Metrics::global().get(Counter::ExecutableLaunches, "pointwise"), 4);
-  EXPECT_EQ(y[3], 3.f * 7.f + 1.f);
+  adaptive.compile_threshold = 1;
+  for (int64_t elements : {kSmall, kLarge}) {
+    EXPECT_EQ(occurrences(adaptive, elements), std::vector<bool>(5, true)) << elements;
+    EXPECT_EQ(Metrics::global().get(Counter::ExecutableCache, "miss"), 0);
+    EXPECT_EQ(Metrics::global().get(Counter::ExecutableCache, "hit"), 0);
+  }
+  engine::Options fixed;
+  EXPECT_EQ(occurrences(fixed, kMid + 2), std::vector<bool>(5, false));
+  EXPECT_EQ(Metrics::global().get(Counter::ExecutableLaunches, "pointwise"), 5);
   engine::configure(engine::Options{});
   dev.free(x);
   dev.free(y);
