@@ -412,15 +412,13 @@ uint64_t after_trace(const trace::Trace& trace, const cache::Key& plan_key) {
 }
 
 // A trace whose plan fuses nothing is compiled only where its largest op
-// covers this many elements: from ATen's grain size (32768), above which a
-// library kernel wakes its thread team, a fixed cost beside most of the
-// op's time that a fused kernel does not pay; to 2^17, above which the
-// op's memory traffic outweighs it. mlp_train's relu and threshold_backward
-// (65536 elements): left as library kernels, its steady step was 0.88x the
-// fixed policy's (`make bench` at 97e994e). gpt_train's larger ones gained
-// nothing measurable, and the compile of its loss gradient's fill_ (one
-// element) cost its fifth step about 15 ms (docs/tuning.md, "Tiers").
-constexpr int64_t kOneOpKernelMinElements = int64_t{1} << 15;
+// covers this many elements or fewer: there a library kernel's fixed cost
+// (dispatch, waking its thread team) is much of the op's time, and a fused
+// kernel does not pay it; above, the op's memory traffic outweighs it.
+// mlp_train's one-op traces (65536 elements and fewer) cost its steady
+// step as library kernels; gpt_train's larger ones gained nothing
+// compiled, and their compiles stalled its fifth step (docs/tuning.md,
+// "Tiers", has the numbers).
 constexpr int64_t kOneOpKernelMaxElements = int64_t{1} << 17;
 
 int64_t largest_op_elements(const trace::Trace& trace) {
@@ -437,13 +435,10 @@ int64_t largest_op_elements(const trace::Trace& trace) {
 // compiled: KILN_COMPILE_THRESHOLD. A trace whose plan fuses nothing needs
 // one more, too few to repay a compile in a pass over new sizes
 // (varlen_infer's first two), enough in a training loop, whose are
-// compiled by its third step; and never where its ops are too small or
-// too large to gain.
+// compiled by its third step; and never where its ops are large.
 int64_t compile_threshold_for(const trace::Trace& trace, bool plan_fuses_nothing) {
   if (!plan_fuses_nothing) return g_options.compile_threshold;
-  const int64_t elements = largest_op_elements(trace);
-  if (elements < kOneOpKernelMinElements || elements > kOneOpKernelMaxElements)
-    return std::numeric_limits<int64_t>::max();
+  if (largest_op_elements(trace) > kOneOpKernelMaxElements) return std::numeric_limits<int64_t>::max();
   return g_options.compile_threshold + 1;
 }
 

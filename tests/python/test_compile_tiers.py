@@ -117,10 +117,10 @@ print(json.dumps({"tiers": c["tiers"], "compiled": c["kernels_compiled"], "regio
 
 def test_a_trace_whose_kernels_would_each_hold_one_op_is_compiled_one_occurrence_later():
     # Its fused kernels would do only what its ops' library kernels do,
-    # less their fixed cost (ops of 38400 elements here: above ATen's grain
-    # size, below 2^17): a pass over new sizes would compile them for
-    # nothing, a loop repays them. Two traces a step; the first step's ops
-    # are first calls, on the host. Under the default threshold of 2, a trace that fuses would
+    # less their fixed cost (ops of 38400 elements here, below 2^17): a
+    # pass over new sizes would compile them for nothing, a loop repays
+    # them. Two traces a step; the first step's ops are first calls, on
+    # the host. Under the default threshold of 2, a trace that fuses would
     # run fused from its third occurrence (the fourth step); these, from
     # their fourth (the fifth step).
     out = run(FUSES_NOTHING, 2, async_compile="1")
