@@ -126,9 +126,10 @@ def test_a_trace_whose_kernels_would_each_hold_one_op_is_compiled_one_occurrence
     out = run(FUSES_NOTHING, 2, async_compile="1")
     assert out["tiers"] == {"library": 6, "fused": 2} and set(out["regions"]) == {"1 op"}, out
     assert out["compiled"] == {"pointwise": 1, "row": 1}, out
-    # Library kernels give eager CPU's bits; the fused layer norm sums its
-    # row in another order (docs/tuning.md, "Where the tiers differ").
-    assert out["equal"] == [True] * 4 + [False] and out["close"], out
+    # Library kernels give eager CPU's bits; the fused layer norm may differ
+    # in its last bits, as it sums its row in another order (docs/tuning.md,
+    # "Where the tiers differ").
+    assert out["equal"][:4] == [True] * 4 and out["close"], out
     earlier = run(FUSES_NOTHING, 1, async_compile="1")
     assert earlier["tiers"] == {"library": 4, "fused": 4}, earlier
     # Below the threshold, nothing compiled.
