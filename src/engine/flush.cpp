@@ -421,13 +421,16 @@ uint64_t after_trace(const trace::Trace& trace, const cache::Key& plan_key) {
 // "Tiers", has the numbers).
 constexpr int64_t kOneOpKernelMaxElements = int64_t{1} << 17;
 
+// The elements an op's iteration space covers.
+int64_t op_elements(const trace::TraceOp& op) {
+  int64_t elements = 1;
+  for (int64_t size : op.sizes) elements *= size;
+  return elements;
+}
+
 int64_t largest_op_elements(const trace::Trace& trace) {
   int64_t largest = 0;
-  for (const trace::TraceOp& op : trace.ops) {
-    int64_t elements = 1;
-    for (int64_t size : op.sizes) elements *= size;
-    largest = std::max(largest, elements);
-  }
+  for (const trace::TraceOp& op : trace.ops) largest = std::max(largest, op_elements(op));
   return largest;
 }
 
@@ -526,11 +529,9 @@ bool library_tier() { return g_options.async_compile || g_options.compile_thresh
 // slow down its first step.
 TraceStart start_trace(int device, const trace::TraceOp& first_op, bool counts_only) {
   TraceStart s = history().start(device, trace::op_hash(first_op));
-  int64_t elements = 1;
-  for (int64_t size : first_op.sizes) elements *= size;
   const bool fused_last_run = !counts_only && fused_in_last_run(s.key);
   const bool library = s.ran_as_library && !fused_last_run && library_tier();
-  const bool large = fused_at_first_sight(elements);
+  const bool large = fused_at_first_sight(op_elements(first_op));
   s.ran_as_library = library && !large;
   s.hold_until_ops = library && large ? kOpsFusedAtFirstSight : 0;
   return s;
