@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <rocksdb/db.h>
+#include <rocksdb/env.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -17,11 +18,13 @@
 #include <ctime>
 #include <deque>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
 
+#include "kiln/background_thread.h"
 #include "kiln/cache_directory.h"
 #include "kiln/entry_format.h"
 #include "kiln/fingerprint_difference.h"
@@ -85,13 +88,13 @@ struct Store::Impl {
 
   // ---- writing (the background writer)
   using Pending = detail::Pending;
+  using Clock = std::chrono::steady_clock;
   uint64_t max_bytes = 0;  // KILN_CACHE_MAX_MB; 0: no cap
   std::atomic<uint64_t> evicted{0}, lock_wait_us{0};
   std::atomic<bool> damaged{false};  // a reader met RocksDB's Corruption: rebuild before the next batch
   std::mutex write_mu;
-  std::condition_variable wake, drained;
+  std::condition_variable wake;
   std::deque<Pending> queue;
-  size_t in_flight = 0;  // taken from the queue, not yet written
   bool stopping = false;
   bool writes_failed = false;  // a write failed for good (disk full, ...): memory-only from then on
   std::string warning;         // for take_warning
@@ -105,6 +108,7 @@ struct Store::Impl {
     }
     wake.notify_all();
     if (writer.joinable()) writer.join();
+    write_queued(Clock::time_point::max());  // what the writer left
     close_reader();
     std::error_code ec;
     if (!reader_path.empty()) std::filesystem::remove_all(reader_path, ec);
@@ -268,41 +272,66 @@ struct Store::Impl {
     wake.notify_one();
   }
 
+  // The writer thread: gathers a burst of changes and writes them (a
+  // database open, a synced write, a close). It runs at idle priority: at
+  // the program's, it took a core from the device's kernels in the steps
+  // that store the program's first kernels (gpt_train's fifth step;
+  // docs/cache.md, "Writing"). A thread that must see the writes done
+  // writes them itself, at its own priority (flush, and the close).
   void write_loop() {
+    become_background_thread("kiln-store");
     for (;;) {
-      std::vector<Pending> batch;
       {
         std::unique_lock<std::mutex> lock(write_mu);
         wake.wait(lock, [&] { return stopping || !queue.empty(); });
-        if (queue.empty()) return;  // stopping, nothing left
         // Gather what arrives within a moment: one open per burst of compiles.
         if (!stopping) wake.wait_for(lock, std::chrono::milliseconds(20), [&] { return stopping; });
-        batch.assign(std::make_move_iterator(queue.begin()), std::make_move_iterator(queue.end()));
-        queue.clear();
-        in_flight = batch.size();
+        if (stopping) return;  // the closing thread writes what is left
       }
-      std::string failure = write_batch(batch);
-      {
-        std::lock_guard<std::mutex> lock(write_mu);
-        in_flight = 0;
-        if (!failure.empty()) {
-          writes_failed = true;
-          queue.clear();
-          warning = "kiln: the executable cache in '" + dir + "' could not be written (" + failure +
-                    "); this process goes on with its in-memory cache only";
-          has_warning.store(true, std::memory_order_release);
-        }
-      }
-      drained.notify_all();
+      write_queued(Clock::time_point::max());
     }
+  }
+
+  std::timed_mutex batch_mu;  // one batch at a time, taken from the queue in order
+
+  // Writes what is queued, on the calling thread, after the batch another
+  // thread is writing. False when `deadline` passed first: waiting for
+  // that batch, or for another process's hold of the database (the changes
+  // stay queued). A write that fails otherwise makes the store memory-only.
+  bool write_queued(Clock::time_point deadline) {
+    std::unique_lock<std::timed_mutex> order(batch_mu, std::defer_lock);
+    if (!order.try_lock_until(deadline)) return false;
+    std::vector<Pending> batch;
+    {
+      std::lock_guard<std::mutex> lock(write_mu);
+      batch.assign(std::make_move_iterator(queue.begin()), std::make_move_iterator(queue.end()));
+      queue.clear();
+    }
+    if (batch.empty()) return true;
+    bool late = false;
+    std::string failure = write_batch(batch, [&] { return late = Clock::now() >= deadline; });
+    {
+      std::lock_guard<std::mutex> lock(write_mu);
+      if (late) {
+        queue.insert(queue.begin(), std::make_move_iterator(batch.begin()), std::make_move_iterator(batch.end()));
+      } else if (!failure.empty()) {
+        writes_failed = true;
+        queue.clear();
+        warning = "kiln: the executable cache in '" + dir + "' could not be written (" + failure +
+                  "); this process goes on with its in-memory cache only";
+        has_warning.store(true, std::memory_order_release);
+      }
+    }
+    return !late;
   }
 
   // Writes one batch; a database RocksDB finds damaged is rebuilt from what
   // still reads back and the batch written to that. Returns "" or the failure.
-  std::string write_batch(const std::vector<Pending>& batch) {
-    auto give_up = [this](int attempt) {
+  // `too_late`: whether the caller stops waiting for another process's hold.
+  std::string write_batch(const std::vector<Pending>& batch, const std::function<bool()>& too_late) {
+    auto give_up = [&](int attempt) {
       std::lock_guard<std::mutex> lock(write_mu);
-      return stopping && attempt >= 200;  // ~2-4 s at exit: give up, lose the batch
+      return (stopping && attempt >= 200) || too_late();  // ~2-4 s at exit: give up, lose the batch
     };
     // A damaged table fails every write and compaction from the moment a
     // compaction meets it, so the database is rebuilt from what reads back
@@ -339,6 +368,21 @@ struct Store::Impl {
   }
 };
 
+namespace {
+
+// RocksDB's flush and compaction threads (its default Env's pools, used
+// only by the store in this process) at idle priority, as the writer.
+void lower_rocksdb_threads() {
+  static std::once_flag lowered;
+  std::call_once(lowered, [] {
+    for (auto pool : {rocksdb::Env::Priority::LOW, rocksdb::Env::Priority::HIGH}) {
+      rocksdb::Env::Default()->LowerThreadPoolCPUPriority(pool, rocksdb::CpuPriority::kIdle);
+    }
+  });
+}
+
+}  // namespace
+
 std::unique_ptr<Store> Store::open(const StoreOptions& options, std::string& why) {
   why = prepare_private_directory(options.dir, !options.read_only);
   if (!why.empty()) return nullptr;
@@ -360,6 +404,7 @@ std::unique_ptr<Store> Store::open(const StoreOptions& options, std::string& why
     if (!why.empty()) return nullptr;
   }
   Impl* raw = impl.get();
+  if (!options.read_only) lower_rocksdb_threads();
   if (!options.read_only) raw->writer = std::thread([raw] { raw->write_loop(); });
   return std::unique_ptr<Store>(new Store(std::move(impl)));
 }
@@ -429,8 +474,15 @@ void Store::discard(const Key& key) {
 }
 
 bool Store::flush(std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(impl_->write_mu);
-  return impl_->drained.wait_for(lock, timeout, [&] { return impl_->queue.empty() && impl_->in_flight == 0; });
+  if (impl_->read_only) return true;
+  // Written here, at the caller's priority: on a busy machine the idle
+  // writer may wait seconds for a core.
+  const auto deadline = Impl::Clock::now() + timeout;
+  for (;;) {
+    if (!impl_->write_queued(deadline)) return false;
+    std::lock_guard<std::mutex> lock(impl_->write_mu);
+    if (impl_->queue.empty() || impl_->writes_failed) return impl_->queue.empty();
+  }
 }
 
 std::string Store::take_warning() {

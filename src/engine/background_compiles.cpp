@@ -3,9 +3,6 @@
 #include "engine/background_compiles.h"
 
 #include <pthread.h>
-#include <sched.h>
-#include <sys/resource.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -13,6 +10,7 @@
 #include <deque>
 #include <thread>
 
+#include "kiln/background_thread.h"
 #include "kiln/metrics.h"
 
 namespace kiln::engine {
@@ -38,23 +36,11 @@ Compiles& compiles() {
   return *c;
 }
 
-// The compile thread takes only the time the program and the device leave
-// idle: a first occurrence runs as library kernels while its fused kernels
-// compile, and on a small machine a compile at the program's priority
-// slows that occurrence down by taking a core from it. A launch that needs
-// a kernel still compiling blocks the device's worker, which frees a core
-// for the compile. (SCHED_IDLE needs no privilege; where it is refused,
-// the lowest nice value.)
-void lower_this_threads_priority() {
-  sched_param none{};
-  if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &none) != 0) {
-    setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 19);
-  }
-}
-
 void compile_loop(Compiles* c) {
-  pthread_setname_np(pthread_self(), "kiln-compile");
-  lower_this_threads_priority();
+  // A first occurrence runs as library kernels while its fused kernels
+  // compile; a launch that needs a kernel still compiling blocks the
+  // device's worker, which frees a core for the compile.
+  become_background_thread("kiln-compile");
   std::unique_lock<std::mutex> lock(c->mu);
   for (;;) {
     c->wake.wait(lock, [&] { return c->stopping || !c->queue.empty(); });

@@ -2,7 +2,6 @@
 #include "engine/warm_start.h"
 
 #include <pthread.h>
-#include <sched.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -12,6 +11,7 @@
 #include <vector>
 
 #include "engine/executable_store.h"
+#include "kiln/background_thread.h"
 #include "kiln/engine.h"
 #include "kiln/log.h"
 #include "kiln/metrics.h"
@@ -76,9 +76,7 @@ void save_file(const std::string& dir, const cache::RecordKind& kind, const std:
 
 void make_ready(std::vector<cache::Key> kernels, std::vector<Blocks> memory, WarmStart* w) {
   // Only on a core nothing else wants: the program's own threads come first.
-  sched_param none{};
-  pthread_setschedparam(pthread_self(), SCHED_IDLE, &none);
-  pthread_setname_np(pthread_self(), "kiln-warmstart");
+  become_background_thread("kiln-warmstart");
   // Kernels first: the first flush waits for them; memory faults come later in a step.
   for (const cache::Key& key : kernels) {
     if (w->stop.load(std::memory_order_relaxed)) return;
