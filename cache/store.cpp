@@ -331,7 +331,8 @@ struct Store::Impl {
   std::string write_batch(const std::vector<Pending>& batch, const std::function<bool()>& too_late) {
     auto give_up = [&](int attempt) {
       std::lock_guard<std::mutex> lock(write_mu);
-      return (stopping && attempt >= 200) || too_late();  // ~2-4 s at exit: give up, lose the batch
+      // At exit, after ~2-4 s: give up and lose the batch.
+      return (stopping && attempt >= 200) || too_late();
     };
     // A damaged table fails every write and compaction from the moment a
     // compaction meets it, so the database is rebuilt from what reads back

@@ -82,8 +82,9 @@ class Store {
   void touch(const Key& key);
   // Queues the deletion of a key whose object failed to load.
   void discard(const Key& key);
-  // Waits until every queued write is in the database or `timeout` passed;
-  // returns whether the queue is empty.
+  // Writes what is queued on the calling thread, at its priority (after a
+  // batch the idle-priority writer thread may be writing), until the queue
+  // is empty or `timeout` passed; returns whether it is empty.
   bool flush(std::chrono::milliseconds timeout);
 
   // Every entry, checked against `fingerprint`: for `python -m kiln cache`.
