@@ -405,8 +405,10 @@ std::unique_ptr<Store> Store::open(const StoreOptions& options, std::string& why
     if (!why.empty()) return nullptr;
   }
   Impl* raw = impl.get();
-  if (!options.read_only) lower_rocksdb_threads();
-  if (!options.read_only) raw->writer = std::thread([raw] { raw->write_loop(); });
+  if (!options.read_only) {
+    lower_rocksdb_threads();
+    raw->writer = std::thread([raw] { raw->write_loop(); });
+  }
   return std::unique_ptr<Store>(new Store(std::move(impl)));
 }
 
@@ -482,7 +484,7 @@ bool Store::flush(std::chrono::milliseconds timeout) {
   for (;;) {
     if (!impl_->write_queued(deadline)) return false;
     std::lock_guard<std::mutex> lock(impl_->write_mu);
-    if (impl_->queue.empty() || impl_->writes_failed) return impl_->queue.empty();
+    if (impl_->queue.empty()) return true;  // a failed write empties it too: the store is memory-only
   }
 }
 
