@@ -4,12 +4,16 @@ another's compiles, allocator state or warm caches.
 
     python bench/measure_one.py WORKLOAD CONTENDER --scale S --warmup-s W --reps R --budget-s B --out FILE
     python bench/measure_one.py WORKLOAD CONTENDER --scale S --first-only --out FILE
+    python bench/measure_one.py WORKLOAD CONTENDER --scale S --warmup-s W --budget-s B --turns R,W --out FILE
 
 Writes one JSON object to FILE: the first step (cold: includes every compile),
 the warm-up, and the per-step times of the steady state (median, min, max,
 reps); kiln contenders add their peak device memory, kiln lazy its metrics.
 With --first-only, the process stops after its first step (one more sample of
-a cold first step: bench/run_bench.py's "first_samples").
+a cold first step: bench/run_bench.py's "first_samples"). With --turns, its
+timed steps run in turns that the parent hands out over two pipes (file
+descriptors R and W), one process of a lockstep group at a time
+(run_bench.measure_group).
 """
 
 import time
@@ -74,7 +78,51 @@ def timed_steps(step, sync, reps, budget_s):
     return times
 
 
-def measure(workload, contender, scale, warmup_s, reps, budget_s, first_only=False):
+def steps_in_turns(step, sync, turns, snapshot):
+    """The timed steps of a process in a lockstep group: it runs steps only in
+    the turns the parent hands it (a line "turn SECONDS STEPS": steps for that
+    long, one at least and STEPS at most), while the group's other processes wait for theirs, so each
+    of them sees the same phases of the machine's load. Answers each turn with
+    "TIMED_SECONDS STEPS" so far; "end" ends them. Returns (step seconds,
+    [start, end] of each turn, what `snapshot` (kiln's metrics, or None)
+    gained over the timed steps alone: not over the waits between turns)."""
+    turn_in, turn_out = turns
+    times, spans, gained = [], [], {}
+    turn_out.write("ready\n")
+    turn_out.flush()
+    for line in turn_in:
+        command = line.split()
+        if command[0] != "turn":
+            break
+        seconds, most = float(command[1]), len(times) + int(command[2])
+        before = snapshot() if snapshot else None
+        start = time.perf_counter()
+        while True:
+            t0 = time.perf_counter()
+            out = step()
+            sync()
+            times.append(time.perf_counter() - t0)
+            del out
+            if len(times) >= most or time.perf_counter() >= start + seconds:
+                break
+        spans.append([start, time.perf_counter()])
+        if snapshot:
+            add_gain(gained, before, snapshot())
+        turn_out.write(f"{sum(times)} {len(times)}\n")
+        turn_out.flush()
+    return times, spans, gained
+
+
+def add_gain(total, before, after):
+    """Adds after - before to `total`, field by field (nested dicts of numbers)."""
+    for key, value in after.items():
+        if isinstance(value, dict):
+            add_gain(total.setdefault(key, {}), before.get(key, {}), value)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            total[key] = total.get(key, 0) + value - before.get(key, 0)
+
+
+def measure(workload, contender, scale, warmup_s, reps, budget_s, first_only=False, turns=None):
     """The numbers of one pair, as a dict (see the module docstring)."""
     if contender.kiln_mode is None:
         device = "cpu"
@@ -120,7 +168,18 @@ def measure(workload, contender, scale, warmup_s, reps, budget_s, first_only=Fal
         base_bytes = mod.memory_allocated()
     if lazy:
         kiln.metrics.reset()
-    times = timed_steps(step, sync, reps, budget_s)
+    spans = None
+    if turns is None:
+        times = timed_steps(step, sync, reps, budget_s)
+        counters = kiln.metrics.counters() if lazy else None
+        breakdown = kiln.metrics.breakdown() if lazy else None
+    else:
+
+        def snapshot():
+            return {"counters": kiln.metrics.counters(), "breakdown": kiln.metrics.breakdown()}
+
+        times, spans, gained = steps_in_turns(step, sync, turns, snapshot if lazy else None)
+        counters, breakdown = gained.get("counters"), gained.get("breakdown")
     result = {
         "startup_s": started_s,
         "build_s": build_s,
@@ -142,13 +201,15 @@ def measure(workload, contender, scale, warmup_s, reps, budget_s, first_only=Fal
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
     }
+    if spans is not None:
+        result["turns"] = spans
     if mod is not None:
         result["peak_bytes"] = mod.max_memory_allocated()
         result["base_bytes"] = base_bytes
     if lazy:
         result["first_breakdown"] = first_breakdown
-        result["counters"] = kiln.metrics.counters()
-        result["breakdown_per_step"] = per_step(kiln.metrics.breakdown(), len(times))
+        result["counters"] = counters
+        result["breakdown_per_step"] = per_step(breakdown, len(times))
         # Every region this process compiled (first step and warm-up included): (CPU ms, wall ms).
         result["compile_times_ms"] = kiln._C.compile_times_ms()
     return result
@@ -183,13 +244,25 @@ def main(argv=None):
     parser.add_argument("--reps", type=int, default=3, help="at most this many timed steps")
     parser.add_argument("--budget-s", type=float, default=0.0, help="timed steps stop after this (3 at least)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--turns", default=None, help="R,W: the pipes of a lockstep group's turns (timed steps)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
+    turns = None
+    if args.turns:
+        read_fd, write_fd = (int(fd) for fd in args.turns.split(","))
+        turns = (os.fdopen(read_fd, "r"), os.fdopen(write_fd, "w"))
     torch.set_num_threads(args.threads)  # the same for every contender; kiln's kernels use torch's pool
     workload = next(w for w in workloads.WORKLOADS if w.name == args.workload)
     try:
         result = measure(
-            workload, BY_KEY[args.contender], args.scale, args.warmup_s, args.reps, args.budget_s, args.first_only
+            workload,
+            BY_KEY[args.contender],
+            args.scale,
+            args.warmup_s,
+            args.reps,
+            args.budget_s,
+            args.first_only,
+            turns,
         )
     except Exception as e:  # a contender that cannot run this workload gets a row saying why
         traceback.print_exc()

@@ -41,6 +41,28 @@ def mib(b):
     return f"{b / 2**20:.1f}"
 
 
+def lockstep_bullet(data):
+    """How the timed steps were taken, where the run took them in lockstep (bench/children.py)."""
+    turns = [
+        len(r["turns"])
+        for w in data["workloads"]
+        for c in w["results"].values()
+        for r in c.get("runs", [])
+        if "turns" in r
+    ]
+    if not turns:
+        return []
+    return [
+        "- **Timed steps in lockstep**: a workload's timed processes of one round are alive together; each runs "
+        "its first step and warm-up while the others wait, then they take turns at their timed steps (turns of "
+        f"{1e3 * data['settings']['turn_s']:.0f} ms, a step at least, the order reversed every other round of turns; "
+        f"{min(turns)}-{max(turns)} turns a process), so that every contender's steps span the same phases of "
+        "the machine's load. Run one after another, processes of one contender differed by 10-30% in their "
+        "steady step on this VM; taking turns, by 0-6% (bench/notes.md). kiln's metrics of a process cover its "
+        "timed steps, not its waits.",
+    ]
+
+
 def first_samples_bullet(data):
     """The Method bullet on first steps taken over several processes, or nothing where none were."""
     n = data.get("settings", {}).get("first_samples", 0)
@@ -90,6 +112,7 @@ def method(data):
         f"then time up to {st.get('reps')} steps (at least {min(3, st.get('reps') or 3)}, stopping after "
         f"{st.get('budget_s')} s), synchronizing "
         "the device after each step. A process reports the median, min and max of its timed steps.",
+        *lockstep_bullet(data),
         f"- **Interleaved rounds**: {targets.rounds(rounds)}; round 1 runs every pair once (workload by workload, the "
         "contenders in the order of the tables), then round 2 the same, and so on. A STREAM probe (its own "
         "process) starts each round.",

@@ -23,7 +23,6 @@ import json
 import os
 import platform
 import shutil
-import signal
 import socket
 import statistics
 import subprocess
@@ -34,6 +33,7 @@ import time
 BENCH = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, BENCH)
 import stats  # noqa: E402
+from children import TurnTaker, run_child, take_turns  # noqa: E402
 from contenders import BY_KEY, CONTENDERS, WARM_START_WORKLOADS  # noqa: E402
 
 # Per mode: workload size scale, rounds, the child's warm-up (seconds, 3 steps
@@ -121,91 +121,98 @@ def child_env(contender, cache_dir=None):
     return env
 
 
-def run_child(argv, env, timeout_s):
-    """Runs one child that writes JSON to the --out path this adds; (result, wall seconds)."""
-    with tempfile.TemporaryDirectory(prefix="kiln-bench-") as tmp:
-        out, log_path = os.path.join(tmp, "result.json"), os.path.join(tmp, "log.txt")
-        t0 = time.perf_counter()
-        with open(log_path, "w") as log:
-            # Its own session (process group), so that what it started (Inductor's
-            # compile workers) ends with it, and a timeout ends them all.
-            proc = subprocess.Popen(
-                [sys.executable, *argv, "--out", out],
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
+def child_argv(workload, key, settings, warmup_s=0.0, reps=3, budget_s=0.0):
+    return [
+        os.path.join(BENCH, "measure_one.py"),
+        workload,
+        key,
+        f"--scale={settings['scale']}",
+        f"--warmup-s={warmup_s}",
+        f"--reps={reps}",
+        f"--budget-s={budget_s}",
+        f"--threads={settings['threads']}",
+    ]
+
+
+class ColdStart:
+    """What a contender's process starts from: an empty compile cache of its own
+    (Inductor's, or kiln's store), or for the warm contender a store that a
+    first run of the same workload filled (its first step and two more: every
+    kernel and first-sight verdict). `failed`: why priming failed, or None."""
+
+    def __init__(self, workload, contender, settings):
+        cached = contender.compiled or contender.kiln_mode is not None
+        self.cache_dir = tempfile.mkdtemp(prefix="kiln-bench-cache-") if cached else None
+        self.env = child_env(contender, self.cache_dir)
+        self.load = os.getloadavg()[0]  # other work on the machine: the report shows the range
+        self.failed = None
+        if contender.warm_store:
+            primed, _ = run_child(
+                child_argv(workload, "kiln_lazy", settings),
+                child_env(BY_KEY["kiln_lazy"], self.cache_dir),
+                settings["child_timeout_s"],
             )
-            try:
-                proc.wait(timeout=timeout_s)
-                timed_out = False
-            except subprocess.TimeoutExpired:
-                timed_out = True
-            wall = time.perf_counter() - t0
-            try:
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-            proc.wait()
-        with open(log_path, errors="replace") as fh:
-            text = fh.read()
-        if timed_out:
-            result = {"skipped": f"failed: timed out after {timeout_s} s"}
-        else:
-            try:
-                with open(out) as fh:
-                    result = json.load(fh)
-            except (OSError, json.JSONDecodeError):
-                tail = text.strip().splitlines()[-1:] or [""]
-                result = {"skipped": f"failed: exit code {proc.returncode}: {tail[0][:200]}"}
-    if "skipped" in result and text.strip():
-        sys.stderr.write(text[-4000:])
-    return result, wall
+            if "skipped" in primed:
+                self.failed = {"skipped": "priming the store " + primed["skipped"]}
+
+    def close(self, result, wall):
+        if self.cache_dir:
+            shutil.rmtree(self.cache_dir, ignore_errors=True)
+        result = self.failed or result
+        result["process_s"] = wall
+        result["load_1min"] = self.load
+        return result
 
 
 def measure_pair(workload, contender, settings, sample=0):
-    """One pair in a fresh process; the result gets its process wall time.
-    `sample` > 0: a first-step-only process (one more sample of its first step)."""
-    # Each process starts cold: an empty compile cache of its own (Inductor's, or kiln's store).
-    cached = contender.compiled or contender.kiln_mode is not None
-    cache_dir = tempfile.mkdtemp(prefix="kiln-bench-cache-") if cached else None
-    load = os.getloadavg()[0]  # other work on the machine: the report shows the range
-
-    def argv(key, warmup_s, reps, budget_s):
-        return [
-            os.path.join(BENCH, "measure_one.py"),
-            workload,
-            key,
-            f"--scale={settings['scale']}",
-            f"--warmup-s={warmup_s}",
-            f"--reps={reps}",
-            f"--budget-s={budget_s}",
-            f"--threads={settings['threads']}",
-        ]
-
+    """One pair in a fresh process, its steps timed one after another; the
+    result gets its process wall time. `sample` > 0: a first-step-only process
+    (one more sample of its first step)."""
+    start = ColdStart(workload, contender, settings)
+    result, wall = {}, 0.0
     try:
-        result = None
-        if contender.warm_store:
-            # A first run of the same workload fills the store (its first
-            # step and two more: every kernel and first-sight verdict).
-            primed, _ = run_child(
-                argv("kiln_lazy", 0, 3, 0), child_env(BY_KEY["kiln_lazy"], cache_dir), settings["child_timeout_s"]
+        if not start.failed:
+            args = child_argv(
+                workload, contender.key, settings, settings["warmup_s"], settings["reps"], settings["budget_s"]
             )
-            if "skipped" in primed:
-                result, wall = {"skipped": "priming the store " + primed["skipped"]}, 0.0
-        if result is None:
-            args = argv(contender.key, settings["warmup_s"], settings["reps"], settings["budget_s"])
             result, wall = run_child(
-                args + ["--first-only"] if sample else args,
-                child_env(contender, cache_dir),
-                settings["child_timeout_s"],
+                args + ["--first-only"] if sample else args, start.env, settings["child_timeout_s"]
             )
     finally:
-        if cache_dir:
-            shutil.rmtree(cache_dir, ignore_errors=True)
-    result["process_s"] = wall
-    result["load_1min"] = load
+        result = start.close(result, wall)
     return result
+
+
+# A turn of a lockstep group: short, so that a round of turns (every
+# contender of the workload, up to 7) spans well under a second of the
+# machine's drift; a step longer than this is a turn of its own.
+TURN_S = 0.05
+
+
+def measure_group(workload, contenders, settings):
+    """The timed processes of one workload's contenders in a round, in
+    lockstep (bench/children.py): each starts, runs its first step and
+    warm-up while the others wait, then they take turns at their timed
+    steps. Results in the order of `contenders`, each with its process wall
+    time (waits included)."""
+    starts, takers = [], []
+    try:
+        for c in contenders:
+            start = ColdStart(workload, c, settings)
+            starts.append(start)
+            takers.append(None)
+            if not start.failed:
+                argv = child_argv(
+                    workload, c.key, settings, settings["warmup_s"], settings["reps"], settings["budget_s"]
+                )
+                takers[-1] = TurnTaker(argv, start.env, settings["child_timeout_s"])
+        take_turns([t for t in takers if t], settings["turn_s"], settings["budget_s"], 3, settings["reps"])
+    finally:
+        results = []
+        for start, taker in zip(starts, takers):
+            result, wall = taker.finish() if taker else ({}, 0.0)
+            results.append(start.close(result, wall))
+    return results
 
 
 def probe(name, settings, contender=None, **kw):
@@ -379,17 +386,21 @@ def settings_for(args):
         settings["first_samples"] = args.first_samples
     settings["compile_rounds"] = min(settings["compile_rounds"], settings["rounds"])
     settings["jobs"] = args.jobs
+    settings["turn_s"] = TURN_S if args.jobs == 1 else None  # timed steps in lockstep (run_pairs)
     # All cores for every contender; children run side by side only in the smoke test, which times nothing.
     settings["threads"] = max(1, (os.cpu_count() or 1) // args.jobs)
     return mode, settings
 
 
 def run_pairs(pairs, settings, jobs):
-    """Measures every pair; one at a time unless `jobs` > 1 (the smoke test only)."""
+    """Measures every pair. One process at a time, but the timed processes of
+    one workload in a round (sample 0) in lockstep: they take turns at their
+    timed steps (measure_group). With `jobs` > 1 (the smoke test only, which
+    times nothing worth reading) pairs run apart, `jobs` at a time."""
+    results = [None] * len(pairs)
 
-    def one(i_pair):
-        i, (r, name, c, sample) = i_pair
-        result = measure_pair(name, c, settings, sample)
+    def report(i, result):
+        r, name, c, sample = pairs[i]
         result["round"] = r
         if sample and "first_s" in result:
             what = f"first-step sample {sample}: first {result['first_s'] * 1e3:9.1f} ms"
@@ -402,12 +413,26 @@ def run_pairs(pairs, settings, jobs):
             f"round {r} [{i + 1:3d}/{len(pairs)}] {name:20s} {c.key:12s} {what}  process {result['process_s']:.1f} s",
             flush=True,
         )
-        return result
+        results[i] = result
+
+    def one(i):
+        r, name, c, sample = pairs[i]
+        report(i, measure_pair(name, c, settings, sample))
 
     if jobs > 1:
         with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
-            return list(pool.map(one, enumerate(pairs)))
-    return [one(p) for p in enumerate(pairs)]
+            list(pool.map(one, range(len(pairs))))
+        return results
+    for i, (r, name, _, sample) in enumerate(pairs):
+        if results[i] is not None:
+            continue
+        if sample:
+            one(i)
+            continue
+        group = [j for j, (r2, name2, _, s2) in enumerate(pairs) if (r2, name2, s2) == (r, name, 0)]
+        for j, result in zip(group, measure_group(name, [pairs[j][2] for j in group], settings)):
+            report(j, result)
+    return results
 
 
 def compile_times(data):

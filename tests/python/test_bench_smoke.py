@@ -100,3 +100,20 @@ def test_a_sampled_first_step_is_the_median_of_its_processes(tmp_path):
     assert "median of 2 process(es) per round instead of 3" in " ".join(data["left_out"])
     text = report.markdown(data, [], notes_path=None)
     assert "**First steps of several processes**" in text and "median over 2 fresh processes" in text
+
+
+def test_a_workloads_timed_processes_take_turns_and_never_overlap():
+    settings = dict(run_bench.MODES["smoke"], reps=10**6, budget_s=0.3, threads=2, turn_s=0.2)
+    contenders = [run_bench.BY_KEY["cpu_eager"], run_bench.BY_KEY["kiln_lazy"]]
+    eager, lazy = run_bench.measure_group("small_op_storm", contenders, settings)
+    assert eager["pid"] != lazy["pid"]
+    turns = sorted([(*span, "eager") for span in eager["turns"]] + [(*span, "lazy") for span in lazy["turns"]])
+    # 0.2 s turns for 0.3 s of steps: two each, the second round in reversed order.
+    assert [who for _, _, who in turns] == ["eager", "lazy", "lazy", "eager"]
+    assert all(end <= next_start for (_, end, _), (next_start, _, _) in zip(turns, turns[1:]))
+    for run in (eager, lazy):
+        assert run["reps"] >= 3 and sum(end - start for start, end, _ in turns) >= 0.3
+    # kiln's metrics cover the timed steps, not the waits between turns.
+    per_step = lazy["breakdown_per_step"]["wall_s"]
+    assert 0.5 * lazy["median_s"] < per_step < 2 * lazy["median_s"], (per_step, lazy["median_s"])
+    assert sum(lazy["counters"]["tiers"].values()) % lazy["reps"] == 0

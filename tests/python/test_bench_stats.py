@@ -398,3 +398,37 @@ def test_warm_start_and_second_processes_are_planned_on_their_workloads_and_warm
     assert "## Warm start" in text
     assert "| gpt_train | 95.000 (90.000-100.000) | 350.000 (300.000-400.000) | 90.000 (80.000-100.000) |" in text
     assert report.warm_start_section(made_up_run(), stats.summarize(made_up_run())) == []  # nothing measured warm
+
+
+class FakeTaker:
+    """A lockstep child that takes `seconds` a step, for take_turns' order."""
+
+    def __init__(self, name, log, step_s, fail_after=None):
+        self.name, self.log, self.step_s, self.fail_after = name, log, step_s, fail_after
+        self.timed_s, self.steps, self.taking_turns = 0.0, 0, True
+
+    def turn(self, seconds, most_steps):
+        if self.fail_after is not None and len([n for n in self.log if n == self.name]) >= self.fail_after:
+            self.taking_turns = False
+            return False
+        self.log.append(self.name)
+        n = min(most_steps, max(1, int(seconds / self.step_s)))
+        self.steps += n
+        self.timed_s += n * self.step_s
+        return True
+
+
+def test_turns_alternate_in_reversed_order_until_each_has_its_budget():
+    import children
+
+    log = []
+    a, b, c = FakeTaker("a", log, 0.01), FakeTaker("b", log, 0.05), FakeTaker("c", log, 0.01, fail_after=1)
+    children.take_turns([a, b, c], 0.2, 0.5, 3, 1000)
+    # 0.2 s turns: a and b need 3 turns for 0.5 s; c stops answering after one.
+    assert log == ["a", "b", "c", "b", "a", "a", "b"]
+    assert (a.steps, b.steps) == (60, 12)
+    # At most `max_steps`, and a turn never asks for more than are left.
+    log.clear()
+    d = FakeTaker("d", log, 0.001)
+    children.take_turns([d], 0.2, 10.0, 3, 250)
+    assert d.steps == 250 and log == ["d", "d"]
