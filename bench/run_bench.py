@@ -11,6 +11,8 @@ so nothing one contender did (torch.compile's compiles, allocator state, warm
 caches, another workload) is in the process that measures the next. Pairs are
 interleaved over rounds: round 1 runs every pair once, round 2 again, and so
 on, so each contender sees the machine's load of every phase of the run.
+Within a round, a workload's timed processes take turns at their steady
+steps (bench/children.py), so they see the same phases at a finer grain.
 bench/stats.py turns the rounds into medians and per-round ratios.
 
 This process measures nothing: it starts children and collects their JSON.
