@@ -88,6 +88,7 @@ class TurnTaker:
         finally:
             os.close(to_child)
             os.close(from_child)
+        self._timeout_s = timeout_s
         self._deadline = self.child.started + timeout_s
         self._pending = b""
         self.timed_s, self.steps = 0.0, 0
@@ -127,7 +128,7 @@ class TurnTaker:
         self._send("end")
         os.close(self._commands)
         os.close(self._replies)
-        return self.child.finish(self._deadline - self.child.started)
+        return self.child.finish(self._timeout_s)
 
 
 def take_turns(takers, turn_s, budget_s, min_steps, max_steps):

@@ -65,27 +65,34 @@ def warm_up(step, sync, warmup_s, times):
     return time.perf_counter() - t0, i + 1
 
 
+def timed_step(step, sync):
+    """Seconds of one step, the device synchronized; its result is dropped after the clock stops."""
+    t0 = time.perf_counter()
+    out = step()
+    sync()
+    seconds = time.perf_counter() - t0
+    del out
+    return seconds
+
+
 def timed_steps(step, sync, reps, budget_s):
     """Per-step seconds of up to `reps` steps, stopping after `budget_s` (3 steps at least)."""
     times = []
     deadline = time.perf_counter() + budget_s
     while len(times) < reps and (len(times) < 3 or time.perf_counter() < deadline):
-        t0 = time.perf_counter()
-        out = step()
-        sync()
-        times.append(time.perf_counter() - t0)
-        del out
+        times.append(timed_step(step, sync))
     return times
 
 
 def steps_in_turns(step, sync, turns, snapshot):
     """The timed steps of a process in a lockstep group: it runs steps only in
     the turns the parent hands it (a line "turn SECONDS STEPS": steps for that
-    long, one at least and STEPS at most), while the group's other processes wait for theirs, so each
-    of them sees the same phases of the machine's load. Answers each turn with
-    "TIMED_SECONDS STEPS" so far; "end" ends them. Returns (step seconds,
-    [start, end] of each turn, what `snapshot` (kiln's metrics, or None)
-    gained over the timed steps alone: not over the waits between turns)."""
+    long, one at least and STEPS at most), while the group's other processes
+    wait for theirs, so each of them sees the same phases of the machine's
+    load. Answers each turn with "TIMED_SECONDS STEPS" so far; "end" ends
+    them. Returns (step seconds, [start, end] of each turn, what `snapshot`
+    (kiln's metrics, or None) gained over the timed steps alone: not over the
+    waits between turns)."""
     turn_in, turn_out = turns
     times, spans, gained = [], [], {}
     turn_out.write("ready\n")
@@ -97,14 +104,9 @@ def steps_in_turns(step, sync, turns, snapshot):
         seconds, most = float(command[1]), len(times) + int(command[2])
         before = snapshot() if snapshot else None
         start = time.perf_counter()
-        while True:
-            t0 = time.perf_counter()
-            out = step()
-            sync()
-            times.append(time.perf_counter() - t0)
-            del out
-            if len(times) >= most or time.perf_counter() >= start + seconds:
-                break
+        times.append(timed_step(step, sync))
+        while len(times) < most and time.perf_counter() < start + seconds:
+            times.append(timed_step(step, sync))
         spans.append([start, time.perf_counter()])
         if snapshot:
             add_gain(gained, before, snapshot())

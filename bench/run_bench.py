@@ -136,6 +136,11 @@ def child_argv(workload, key, settings, warmup_s=0.0, reps=3, budget_s=0.0):
     ]
 
 
+def timed_argv(workload, key, settings):
+    """A pair's measuring process: its first step, warm-up and timed steps."""
+    return child_argv(workload, key, settings, settings["warmup_s"], settings["reps"], settings["budget_s"])
+
+
 class ColdStart:
     """What a contender's process starts from: an empty compile cache of its own
     (Inductor's, or kiln's store), or for the warm contender a store that a
@@ -174,9 +179,7 @@ def measure_pair(workload, contender, settings, sample=0):
     result, wall = {}, 0.0
     try:
         if not start.failed:
-            args = child_argv(
-                workload, contender.key, settings, settings["warmup_s"], settings["reps"], settings["budget_s"]
-            )
+            args = timed_argv(workload, contender.key, settings)
             result, wall = run_child(
                 args + ["--first-only"] if sample else args, start.env, settings["child_timeout_s"]
             )
@@ -204,10 +207,7 @@ def measure_group(workload, contenders, settings):
             starts.append(start)
             takers.append(None)
             if not start.failed:
-                argv = child_argv(
-                    workload, c.key, settings, settings["warmup_s"], settings["reps"], settings["budget_s"]
-                )
-                takers[-1] = TurnTaker(argv, start.env, settings["child_timeout_s"])
+                takers[-1] = TurnTaker(timed_argv(workload, c.key, settings), start.env, settings["child_timeout_s"])
         take_turns([t for t in takers if t], settings["turn_s"], settings["budget_s"], 3, settings["reps"])
     finally:
         results = []
