@@ -114,8 +114,14 @@ def method(data):
         "the device after each step. A process reports the median, min and max of its timed steps.",
         *lockstep_bullet(data),
         f"- **Interleaved rounds**: {targets.rounds(rounds)}; round 1 runs every pair once (workload by workload, the "
-        "contenders in the order of the tables), then round 2 the same, and so on. A STREAM probe (its own "
-        "process) starts each round.",
+        "contenders in the order of the tables), then round 2 the same, and so on"
+        + (
+            ", each round starting one contender later in that order (as does each first-step sample), so that "
+            "no contender always goes first"
+            if st.get("rotated_order")
+            else ""
+        )
+        + ". A STREAM probe (its own process) starts each round.",
         "- **Statistics**: a contender's time is the median over rounds of its per-process medians, with the "
         "min-max over rounds as its spread. A ratio is computed round by round (eager CPU time / kiln time of the "
         "same round and workload; likewise torch.compile / kiln) and reported as the median of the per-round "

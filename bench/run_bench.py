@@ -298,11 +298,23 @@ def runs_on(contender, name):
     return only_on(contender) is None or name in only_on(contender)
 
 
+def rotated(items, by):
+    """`items` from place `by` on, then the ones before it (round-robin)."""
+    if not items:
+        return items
+    k = by % len(items)
+    return items[k:] + items[:k]
+
+
 def plan(settings, names):
     """The processes in run order: [(round, workload, contender, sample)], rounds
     outermost, then workloads. Sample 0 is a pair's timed process; after a
     workload's timed processes come its first-step-only ones, sample 1 of every
-    sampled contender, then sample 2, and so on, so they interleave too."""
+    sampled contender, then sample 2, and so on, so they interleave too. Each
+    round, and each sample, starts one contender later than the one before
+    (`rotated`): where a process falls in a group (how many others are alive
+    beside its first step, which process ran just before it) is spread over
+    the contenders instead of always falling on the same one."""
     pairs = []
     for r in range(1, settings["rounds"] + 1):
         for name in names:
@@ -313,9 +325,10 @@ def plan(settings, names):
                 if c.compiled and (not compiled_on(settings, name) or r > settings["compile_rounds"]):
                     continue
                 timed.append((r, name, c, 0))
-            pairs += timed
+            pairs += rotated(timed, r - 1)
             for i in range(1, settings["first_samples"] + 1):
-                pairs += [(r, name, c, i) for _, _, c, _ in timed if c.first_sampled(name) and not c.warm_store]
+                sampled = [(r, name, c, i) for _, _, c, _ in timed if c.first_sampled(name) and not c.warm_store]
+                pairs += rotated(sampled, r - 1 + i)
     return pairs
 
 
@@ -389,6 +402,7 @@ def settings_for(args):
     settings["compile_rounds"] = min(settings["compile_rounds"], settings["rounds"])
     settings["jobs"] = args.jobs
     settings["turn_s"] = TURN_S if args.jobs == 1 else None  # timed steps in lockstep (run_pairs)
+    settings["rotated_order"] = True  # plan() turns the start order each round (recorded: earlier runs did not)
     # All cores for every contender; children run side by side only in the smoke test, which times nothing.
     settings["threads"] = max(1, (os.cpu_count() or 1) // args.jobs)
     return mode, settings

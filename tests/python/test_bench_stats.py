@@ -287,6 +287,27 @@ def test_plan_interleaves_rounds_and_says_what_it_left_out(mode):
         assert not compiled and "torch.compile: not run at all" in left
 
 
+def test_each_round_starts_a_workloads_processes_one_contender_later():
+    settings = dict(run_bench.MODES["full"], rounds=4, compile_rounds=4)
+    pairs = run_bench.plan(settings, ["gpt_train"])
+    timed = {r: [c.key for rr, _, c, i in pairs if rr == r and not i] for r in range(1, 5)}
+    keys = timed[1]
+    assert len(keys) >= 4 and len(set(keys)) == len(keys)
+    for r in range(2, 5):  # the same contenders, the order turned by one more place each round
+        assert timed[r] == keys[r - 1 :] + keys[: r - 1]
+    assert len({t[0] for t in timed.values()}) == 4  # no contender is always started first
+    assert run_bench.rotated([], 3) == [] and run_bench.rotated([1, 2, 3], 4) == [2, 3, 1]
+
+
+def test_the_method_says_the_order_turns_only_for_a_run_that_turned_it():
+    data = made_up_run()
+    data["machine"].update(cpu="x", cores=2, memory_GiB=1, python="3")
+    data.update(settings={"rounds": 2}, mode="full", scale=1.0)
+    assert "no contender always goes first" not in "\n".join(report.method(data))
+    data["settings"]["rotated_order"] = True
+    assert "no contender always goes first" in "\n".join(report.method(data))
+
+
 def test_first_step_samples_follow_their_workloads_timed_processes_and_give_the_median():
     settings = dict(run_bench.MODES["full"], rounds=1)
     pairs = run_bench.plan(settings, ["gpt_train", "varlen_infer"])
@@ -298,7 +319,7 @@ def test_first_step_samples_follow_their_workloads_timed_processes_and_give_the_
             ("varlen_infer", ("cpu_eager", "kiln_lazy", "kiln_lazy_fixed", "kiln_lazy_fixed_again", "cpu_eager_again")),
         )
         for i in range(1, settings["first_samples"] + 1)
-        for key in keys
+        for key in run_bench.rotated(list(keys), i)  # each sample starts one contender later
     ]
     # Each workload's samples come after its timed processes, before the next workload's.
     for name in ("gpt_train", "varlen_infer"):
