@@ -36,11 +36,13 @@ test-python: install
 	$(PYTHON) -m pytest -q tests/python $(PYTEST_ARGS)
 
 # The in-process suite runs under the fixed policy (tests/python/conftest.py);
-# conformance and the differential test run again under the defaults.
+# conformance, the differential test and the cache suites (whose programs
+# take the pytest process's policy) run again under the defaults.
 ADAPTIVE_DEFAULTS = KILN_ASYNC_COMPILE=1 KILN_COMPILE_THRESHOLD=2
 test-adaptive: install
 	$(ADAPTIVE_DEFAULTS) $(PYTHON) -m pytest -q tests/python/test_opinfo_conformance.py \
-	  tests/python/test_module_conformance.py tests/python/test_lazy_differential.py $(PYTEST_ARGS)
+	  tests/python/test_module_conformance.py tests/python/test_lazy_differential.py \
+	  tests/python/test_cache.py tests/python/test_cache_crash.py $(PYTEST_ARGS)
 
 test: test-cpp test-python test-adaptive
 

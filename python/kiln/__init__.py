@@ -43,6 +43,19 @@ def set_mode(new_mode):
     _C.set_mode(new_mode)
 
 
+def wait_for_compiles():
+    """Blocks until every fused kernel queued for a background compile
+    (KILN_ASYNC_COMPILE) is built and handed to the persistent store.
+
+    Results never depend on it: which tier a trace runs in is decided by its
+    counts and the cache's contents, not by when a compile finishes. It
+    settles what a program reads before its exit: kernels_compiled in
+    ``kiln.metrics.counters()``, the store's entries. Traces still recorded
+    and not flushed compile nothing yet (``torch.neuron.synchronize()``
+    flushes them)."""
+    _C.wait_for_background_compiles()
+
+
 torch.utils.rename_privateuse1_backend(DEVICE_NAME)
 
 from . import device_module as _device_module  # noqa: E402
@@ -70,4 +83,4 @@ if _C.metrics_at_exit():
     atexit.register(lambda: print(metrics.report(), file=sys.stderr))
 
 
-__all__ = ["DEVICE_NAME", "metrics", "mode", "set_mode"]
+__all__ = ["DEVICE_NAME", "metrics", "mode", "set_mode", "wait_for_compiles"]

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "kiln/background_thread.h"
+#include "kiln/engine.h"
 #include "kiln/metrics.h"
 
 namespace kiln::engine {
@@ -25,6 +26,7 @@ struct Compiles {
   };
   std::deque<Queued> queue;
   bool running = false;  // a compile taken from the queue is running
+  int hurried = 0;       // compiles taken from the queue by a waiting device (hurry)
   bool stopping = false;
   std::thread thread;
 };
@@ -87,6 +89,14 @@ void finish_background_compiles() {
   finished.join();
 }
 
+void wait_for_background_compiles() {
+  finish_background_compiles();
+  // A compile a device took from the queue (hurry) ends on its thread.
+  Compiles& c = compiles();
+  std::unique_lock<std::mutex> lock(c.mu);
+  c.idle.wait(lock, [&] { return c.hurried == 0; });
+}
+
 // A compile the device now waits for runs at once, on the waiting thread:
 // not behind those queued for later occurrences (the library tier queues a
 // trace's kernels one or two occurrences ahead), and not at the compile
@@ -103,10 +113,14 @@ void hurry(const DeferredExecutable* waiter) {
       if (it->waiter != waiter) continue;
       compile = std::move(it->compile);
       c.queue.erase(it);
+      ++c.hurried;
       break;
     }
   }
-  if (compile) compile();  // never throws: its error goes to its DeferredExecutable
+  if (!compile) return;
+  compile();  // never throws: its error goes to its DeferredExecutable
+  std::lock_guard<std::mutex> lock(c.mu);
+  if (--c.hurried == 0) c.idle.notify_all();
 }
 
 void DeferredExecutable::run(const runtime::LaunchArgs& args) {

@@ -17,13 +17,17 @@ atexit.register(shutil.rmtree, CACHE_DIR, True)
 # every trace fused and compiled at its first flush. The adaptive policy's
 # library tier (the defaults) is tested in fresh interpreters (run_python
 # drops KILN_ variables: test_compile_tiers.py, test_real_models.py, ...);
-# `make test-adaptive` (part of `make test`) runs conformance and the
-# differential test under the defaults too.
+# `make test-adaptive` (part of `make test`) runs conformance, the
+# differential test and the cache suites under the defaults too.
 FIXED_POLICY = {"KILN_ASYNC_COMPILE": "0", "KILN_COMPILE_THRESHOLD": "1"}
 for _knob, _value in FIXED_POLICY.items():
     os.environ.setdefault(_knob, _value)
 # Whether this process runs under the fixed policy (not the defaults).
 UNDER_FIXED_POLICY = all(os.environ[k] == v for k, v in FIXED_POLICY.items())
+# The policy this process runs under, for the fresh processes of the suites
+# that run under both (the cache suites: `make test-adaptive` runs them again
+# under the defaults).
+POLICY = {k: os.environ[k] for k in FIXED_POLICY}
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

@@ -106,6 +106,32 @@ def test_a_fork_while_a_compile_is_in_flight_neither_hangs_nor_loses_it():
     assert r.stdout.split() == ["0", "True"], r.stdout + r.stderr[-2000:]
 
 
+WAIT_FOR_COMPILES = """
+import json, torch, kiln
+d = kiln.DEVICE_NAME
+x = torch.randn(1000, device=d)
+w = torch.randn(8, 8, device=d)
+(w @ w).cpu()
+for _ in range(2):  # the first calls of mul and add run on the host, unrecorded
+    y = x * 3 + 1
+    (w @ w).cpu()  # flushes: y's kernel compiles in the background, late
+compiled = lambda: sum(kiln.metrics.counters()["kernels_compiled"].values())
+before = compiled()
+kiln.wait_for_compiles()
+after = compiled()
+kiln.wait_for_compiles()  # nothing queued: returns at once
+print(json.dumps({"before": before, "after": after, "right": torch.equal(y.cpu(), x.cpu() * 3 + 1)}))
+"""
+
+
+def test_wait_for_compiles_returns_once_the_queued_compiles_are_done():
+    env = {"KILN_MODE": "lazy", "KILN_CACHE": "0", "KILN_ASYNC_COMPILE": "1", "KILN_COMPILE_DELAY_MS": "1000"}
+    r = run_python(WAIT_FOR_COMPILES, env={**env, "KILN_COMPILE_THRESHOLD": "1"}, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out == {"before": 0, "after": 1, "right": True}, out
+
+
 # Threads inherit their creator's scheduling policy: kiln's kernel threads
 # must not be made by the idle-priority compile thread, or a fused kernel
 # waits behind every other runnable thread of the machine for its pieces.

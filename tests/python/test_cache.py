@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import FIXED_POLICY, REPO, run_python
+from conftest import POLICY, REPO, UNDER_FIXED_POLICY, run_python
 
 SCRIPT = os.path.join(REPO, "tests", "python", "scripts", "cache_train.py")
 CHAINS = os.path.join(REPO, "tests", "python", "scripts", "cache_chains.py")
@@ -19,10 +19,9 @@ CHAINS = os.path.join(REPO, "tests", "python", "scripts", "cache_chains.py")
 def train(cache_dir, *args, env=None, check=True, script=SCRIPT):
     """Runs the script in a fresh process on `cache_dir`; its JSON line, and stderr."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
-    # The fixed policy (every trace compiled and fused at its first flush):
-    # compile counts and bits then do not depend on the adaptive policy's
-    # tiers; the last tests below run the store under the defaults.
-    full_env.update({"KILN_MODE": "lazy", "KILN_CACHE_DIR": str(cache_dir), **FIXED_POLICY})
+    # The pytest process's policy: the fixed one (every trace compiled and
+    # fused at its first flush), or, in `make test-adaptive`, the defaults.
+    full_env.update({"KILN_MODE": "lazy", "KILN_CACHE_DIR": str(cache_dir), **POLICY})
     full_env.update(env or {})
     r = subprocess.run(
         [sys.executable, script, *args], env=full_env, capture_output=True, text=True, timeout=180, cwd=REPO
@@ -34,7 +33,20 @@ def train(cache_dir, *args, env=None, check=True, script=SCRIPT):
 
 
 def same_results(a, b):
-    return (a["loss"], a["extra"], a["checksum"], a["first"]) == (b["loss"], b["extra"], b["checksum"], b["first"])
+    """The same bits under the fixed policy, which fuses every trace at its
+    first flush, on a cold store as on a warm one. Under the defaults a warm
+    run takes other tiers than a cold one (fused at once where the cold run
+    ran library kernels first), whose results may differ in the last bits
+    (docs/tuning.md, "Tiers"): within float32 rounding of a few steps."""
+    if UNDER_FIXED_POLICY:
+        return (a["loss"], a["extra"], a["checksum"], a["first"]) == (b["loss"], b["extra"], b["checksum"], b["first"])
+    close = lambda x, y: x == pytest.approx(y, rel=1e-5, abs=1e-6)  # noqa: E731
+    return (
+        close(a["loss"], b["loss"])
+        and close(a["extra"], b["extra"])
+        and close(a["checksum"], b["checksum"])
+        and all(close(x, y) for x, y in zip(a["first"], b["first"], strict=True))
+    )
 
 
 def test_a_second_run_compiles_nothing_and_gives_the_same_bits(tmp_path):
@@ -315,7 +327,7 @@ def test_cli_stats_list_verify_and_clear(tmp_path):
 def test_eight_processes_share_one_empty_cache(tmp_path):
     """Eight processes at once, each with a shared workload and a kernel of its own."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
-    env.update({"KILN_MODE": "lazy", "KILN_CACHE_DIR": str(tmp_path / "c"), **FIXED_POLICY})
+    env.update({"KILN_MODE": "lazy", "KILN_CACHE_DIR": str(tmp_path / "c"), **POLICY})
     procs = [
         subprocess.Popen(
             [sys.executable, SCRIPT, "--variant", str(v)],
@@ -456,7 +468,7 @@ def test_a_full_disk_degrades_to_memory_with_one_warning(tmp_path):
 
     reference, _ = train(tmp_path / "ok", "40", script=CHAINS)
     env = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
-    env.update({"KILN_MODE": "lazy", "KILN_CACHE_DIR": str(tmp_path / "full"), **FIXED_POLICY})
+    env.update({"KILN_MODE": "lazy", "KILN_CACHE_DIR": str(tmp_path / "full"), **POLICY})
     limit = 32 * 1024
     r = subprocess.run(
         [sys.executable, CHAINS, "40"],
@@ -476,7 +488,7 @@ def test_a_full_disk_degrades_to_memory_with_one_warning(tmp_path):
     assert stored_count(tmp_path / "full") < out["compiled"]  # what did reach the store still reads back
 
 
-# The defaults, set against train()'s fixed policy.
+# The defaults, whichever policy the pytest process runs under: these tests are about them.
 ADAPTIVE = {"KILN_ASYNC_COMPILE": "1", "KILN_COMPILE_THRESHOLD": "2"}
 
 
@@ -548,7 +560,7 @@ def test_the_store_writes_at_idle_priority_and_the_exit_stores_every_kernel_on_a
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=pin)
     try:
         env = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
-        env.update({"KILN_MODE": "lazy", "KILN_CACHE_DIR": str(tmp_path / "c"), **FIXED_POLICY})
+        env.update({"KILN_MODE": "lazy", "KILN_CACHE_DIR": str(tmp_path / "c"), **POLICY})
         r = subprocess.run(
             [sys.executable, "-c", STORE_THREADS, SCRIPT],
             env=env,

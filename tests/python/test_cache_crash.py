@@ -12,7 +12,9 @@ import subprocess
 import sys
 import time
 
-from conftest import FIXED_POLICY, REPO
+import pytest
+
+from conftest import POLICY, REPO, UNDER_FIXED_POLICY
 
 CHAINS = os.path.join(REPO, "tests", "python", "scripts", "cache_chains.py")
 KILLS = 50
@@ -20,9 +22,8 @@ KILLS = 50
 
 def _env(cache_dir, **extra):
     env = {k: v for k, v in os.environ.items() if not k.startswith("KILN_")}
-    # The fixed policy: a program's every trace fused at its first flush, on
-    # a cold store as on a warm one, so that every run's total is the same bits.
-    env.update({"KILN_MODE": "lazy", "KILN_CACHE_DIR": str(cache_dir), **FIXED_POLICY})
+    # The pytest process's policy: the fixed one, or the defaults in `make test-adaptive`.
+    env.update({"KILN_MODE": "lazy", "KILN_CACHE_DIR": str(cache_dir), **POLICY})
     env.update(extra)
     return env
 
@@ -39,6 +40,15 @@ def _chains(cache_dir, first, last, **extra):
     )
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def _same_total(a, b):
+    """The same bits under the fixed policy, which fuses every trace at its
+    first flush on a cold store as on a warm one. Under the defaults a
+    chain runs as library kernels until compiled, and fused at once where
+    the store holds its kernels: kiln's own sin may differ from eager's in
+    the last bits (docs/tuning.md, "Tiers")."""
+    return a == b if UNDER_FIXED_POLICY else a == pytest.approx(b, rel=1e-6)
 
 
 def _verify(cache_dir):
@@ -83,11 +93,11 @@ def test_fifty_programs_killed_at_random_moments_leave_a_cache_that_verifies(tmp
         if kills % 10 == 0 and proc.returncode == -signal.SIGKILL:
             # A run after the kill: whatever it loads from the store gives eager's numbers.
             got = _chains(cache, 1, 40)
-            assert got["total"] == reference(tmp_path)["total"], (got, kills)
+            assert _same_total(got["total"], reference(tmp_path)["total"]), (got, kills)
             runs += 1
     assert runs >= 4
     final = _chains(cache, 1, 80)
-    assert final["total"] == _chains(tmp_path / "memory-only", 1, 80, KILN_CACHE="0")["total"]
+    assert _same_total(final["total"], _chains(tmp_path / "memory-only", 1, 80, KILN_CACHE="0")["total"])
     v = _verify(cache)
     assert v.returncode == 0 and ", 0 bad" in v.stdout, v.stdout
 

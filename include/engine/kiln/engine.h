@@ -113,6 +113,13 @@ bool library_tier();
 // metrics). Throws runtime::LaunchError for a blocking launch that failed.
 void flush(runtime::Device& dev, const trace::Trace& trace, std::string_view reason);
 
+// Waits until every compile queued for the background thread
+// (KILN_ASYNC_COMPILE) has run and its kernel been handed to the store's
+// writer. Which tier an occurrence runs in never depends on it; it settles
+// the counts (kernels_compiled, the store's entries) of a program that reads
+// them before its exit.
+void wait_for_background_compiles();
+
 // Each compile of this process, in order (benchmarks): the compiling
 // thread's CPU time and the wall time, in ms (see codegen::CompiledObject).
 struct CompileTime {

@@ -170,6 +170,10 @@ PYBIND11_MODULE(_C, m) {
       out.append(py::make_tuple(r.unix_s, r.pid, r.hits, r.misses, r.compiles, r.evicted));
     return out;
   });
+  m.def("wait_for_background_compiles", [] {
+    py::gil_scoped_release released;
+    engine::wait_for_background_compiles();
+  });
   m.def("cache_close", [](int timeout_ms) {  // kiln/__init__.py's atexit handler; returns the last warnings
     {
       py::gil_scoped_release released;
