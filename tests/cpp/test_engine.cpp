@@ -351,3 +351,36 @@ TEST(Engine, TheDeviceWaitsForItsOwnKernelNotTheWholeCompileQueue) {
   dev.free(x);
   dev.free(y);
 }
+
+// wait_for_background_compiles returns once every queued compile ran,
+// whichever thread ran it (the last one's fused launch makes the device's
+// worker take it from the queue, if the compile thread has not started it):
+// the counts a program reads after it are those of every compile it queued.
+TEST(Engine, WaitingForBackgroundCompilesCoversTheQueueAndTheDevicesOwn) {
+  engine::Options o;
+  o.async_compile = true;
+  o.compile_delay_ms = 150;
+  engine::configure(o);
+  engine::wait_for_compiler_warm_up();
+  runtime::Device dev(0, 1 << 20, false);
+  auto* x = static_cast<float*>(dev.allocate(48 * 4));
+  auto* y = static_cast<float*>(dev.allocate(48 * 4));
+  for (int i = 0; i < 48; ++i) x[i] = static_cast<float>(i);
+  auto make = [&](double c, bool library) {  // y = x * 5 + c: a kernel of its own per c
+    trace::Trace t = axpb_plus(x, y, c);
+    t.ran_as_library = library;
+    return t;
+  };
+  engine::wait_for_background_compiles();  // what earlier tests queued
+  const int64_t before = Metrics::global().get(Counter::KernelsCompiled, "pointwise");
+  for (double c : {41.0, 42.0, 43.0}) engine::flush(dev, make(c, true), "test");  // queued, launched nothing
+  engine::flush(dev, make(43.0, false), "test");  // needs the last one queued
+  EXPECT_EQ(Metrics::global().get(Counter::KernelsCompiled, "pointwise"), before);  // none done yet: 150 ms each
+  engine::wait_for_background_compiles();
+  EXPECT_EQ(Metrics::global().get(Counter::KernelsCompiled, "pointwise"), before + 3);
+  dev.synchronize();
+  EXPECT_EQ(y[2], 2.f * 5.f + 43.f);
+  engine::configure(engine::Options{});
+  dev.free(x);
+  dev.free(y);
+}
