@@ -373,8 +373,8 @@ TEST(Engine, WaitingForBackgroundCompilesCoversTheQueueAndTheDevicesOwn) {
   };
   engine::wait_for_background_compiles();  // what earlier tests queued
   const int64_t before = Metrics::global().get(Counter::KernelsCompiled, "pointwise");
-  for (double c : {41.0, 42.0, 43.0}) engine::flush(dev, make(c, true), "test");  // queued, launched nothing
-  engine::flush(dev, make(43.0, false), "test");  // needs the last one queued
+  for (double c : {41.0, 42.0, 43.0}) engine::flush(dev, make(c, true), "test");    // queued, launched nothing
+  engine::flush(dev, make(43.0, false), "test");                                    // needs the last one queued
   EXPECT_EQ(Metrics::global().get(Counter::KernelsCompiled, "pointwise"), before);  // none done yet: 150 ms each
   engine::wait_for_background_compiles();
   EXPECT_EQ(Metrics::global().get(Counter::KernelsCompiled, "pointwise"), before + 3);
