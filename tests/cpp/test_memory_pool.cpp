@@ -3,7 +3,9 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <limits>
 #include <set>
 #include <stdexcept>
@@ -175,6 +177,49 @@ TEST(MemoryPool, BlocksAre64ByteAlignedAndWritable) {
     ptrs.push_back(p);
   }
   for (void* p : ptrs) pool.free(p);
+}
+
+// The system's transparent huge page mode: "always", "madvise" or "never".
+std::string transparent_huge_pages() {
+  std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string line;
+  std::getline(in, line);
+  const size_t open = line.find('['), close = line.find(']');
+  return open == std::string::npos || close == std::string::npos ? "never" : line.substr(open + 1, close - open - 1);
+}
+
+// AnonHugePages of the mapping that holds `address`, in kB (/proc/self/smaps).
+long huge_kb_of_mapping_at(const void* address) {
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  const auto at = reinterpret_cast<uintptr_t>(address);
+  while (std::getline(smaps, line)) {
+    uintptr_t start = 0, end = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &start, &end) == 2 && line.find(':') > line.find(' ')) {
+      inside = start <= at && at < end;
+    } else if (long kb = 0; inside && std::sscanf(line.c_str(), "AnonHugePages: %ld kB", &kb) == 1) {
+      return kb;
+    }
+  }
+  return -1;
+}
+
+TEST(MemoryPool, ABlockOfAHugePageOrMoreStartsAtOneAndIsBackedByHugePages) {
+  MemoryPool pool(0, size_t{64} << 20);
+  constexpr size_t kHuge = size_t{2} << 20;
+  void* small = pool.allocate(kHuge - kG);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(small) % MemoryPool::kAlignment, 0u);
+  char* big = static_cast<char*>(pool.allocate(8 * kHuge));
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(big) % kHuge, 0u);
+  std::memset(big, 1, 8 * kHuge);  // the first touch faults its pages in
+  const std::string mode = transparent_huge_pages();
+  if (mode == "never") GTEST_SKIP() << "transparent huge pages are off on this system";
+  // The kernel may find no free huge page at a fault (fragmented memory):
+  // some of the 8 are enough to show the advice was taken.
+  EXPECT_GE(huge_kb_of_mapping_at(big), 2048) << "mode " << mode;
+  pool.free(big);
+  pool.free(small);
 }
 
 TEST(MemoryPool, CapacityLimitThrowsOutOfMemoryNamingTheNumbers) {
