@@ -320,36 +320,48 @@ TEST(Engine, AHeldLaunchRunsAsALibraryKernelWhenNoOtherOpJoined) {
   dev.free(y);
 }
 
+// y = x * 5 + c over 48 floats on a device of its own, every compile
+// `delay_ms` late on the compile thread: a kernel of its own per c.
+struct DelayedCompiles {
+  explicit DelayedCompiles(int delay_ms) : dev(0, 1 << 20, false) {
+    engine::Options o;
+    o.async_compile = true;
+    o.compile_delay_ms = delay_ms;
+    engine::configure(o);
+    engine::wait_for_compiler_warm_up();
+    x = static_cast<float*>(dev.allocate(48 * 4));
+    y = static_cast<float*>(dev.allocate(48 * 4));
+    for (int i = 0; i < 48; ++i) x[i] = static_cast<float>(i);
+  }
+  ~DelayedCompiles() {
+    engine::configure(engine::Options{});
+    dev.free(x);
+    dev.free(y);
+  }
+  trace::Trace trace(double c, bool library) const {
+    trace::Trace t = axpb_plus(x, y, c);
+    t.ran_as_library = library;
+    return t;
+  }
+  runtime::Device dev;
+  float* x = nullptr;
+  float* y = nullptr;
+};
+
 // A fused launch whose kernel is still queued behind compiles for later
 // occurrences compiles it on the device's worker: the device waits for its
 // own kernel, not for the queue (three compiles of 300 ms each: about 300
 // ms, beside the compile thread's first, not 900).
 TEST(Engine, TheDeviceWaitsForItsOwnKernelNotTheWholeCompileQueue) {
-  engine::Options o;
-  o.async_compile = true;
-  o.compile_delay_ms = 300;
-  engine::configure(o);
-  engine::wait_for_compiler_warm_up();
-  runtime::Device dev(0, 1 << 20, false);
-  auto* x = static_cast<float*>(dev.allocate(48 * 4));
-  auto* y = static_cast<float*>(dev.allocate(48 * 4));
-  for (int i = 0; i < 48; ++i) x[i] = static_cast<float>(i);
-  auto make = [&](double c, bool library) {  // y = x * 5 + c: a kernel of its own per c
-    trace::Trace t = axpb_plus(x, y, c);
-    t.ran_as_library = library;
-    return t;
-  };
+  DelayedCompiles d(300);
   const auto start = std::chrono::steady_clock::now();
-  for (double c : {31.0, 32.0, 33.0}) engine::flush(dev, make(c, true), "test");  // queued, launched nothing
-  engine::flush(dev, make(33.0, false), "test");                                  // needs the last one queued
-  dev.synchronize();
+  for (double c : {31.0, 32.0, 33.0}) engine::flush(d.dev, d.trace(c, true), "test");  // queued, launched nothing
+  engine::flush(d.dev, d.trace(33.0, false), "test");                                  // needs the last one queued
+  d.dev.synchronize();
   const auto ms =
       std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_EQ(y[2], 2.f * 5.f + 33.f);
+  EXPECT_EQ(d.y[2], 2.f * 5.f + 33.f);
   EXPECT_LT(ms, 550) << "the launch waited behind the other queued compiles";
-  engine::configure(engine::Options{});
-  dev.free(x);
-  dev.free(y);
 }
 
 // wait_for_background_compiles returns once every queued compile ran,
@@ -357,30 +369,14 @@ TEST(Engine, TheDeviceWaitsForItsOwnKernelNotTheWholeCompileQueue) {
 // worker take it from the queue, if the compile thread has not started it):
 // the counts a program reads after it are those of every compile it queued.
 TEST(Engine, WaitingForBackgroundCompilesCoversTheQueueAndTheDevicesOwn) {
-  engine::Options o;
-  o.async_compile = true;
-  o.compile_delay_ms = 150;
-  engine::configure(o);
-  engine::wait_for_compiler_warm_up();
-  runtime::Device dev(0, 1 << 20, false);
-  auto* x = static_cast<float*>(dev.allocate(48 * 4));
-  auto* y = static_cast<float*>(dev.allocate(48 * 4));
-  for (int i = 0; i < 48; ++i) x[i] = static_cast<float>(i);
-  auto make = [&](double c, bool library) {  // y = x * 5 + c: a kernel of its own per c
-    trace::Trace t = axpb_plus(x, y, c);
-    t.ran_as_library = library;
-    return t;
-  };
+  DelayedCompiles d(150);
   engine::wait_for_background_compiles();  // what earlier tests queued
   const int64_t before = Metrics::global().get(Counter::KernelsCompiled, "pointwise");
-  for (double c : {41.0, 42.0, 43.0}) engine::flush(dev, make(c, true), "test");    // queued, launched nothing
-  engine::flush(dev, make(43.0, false), "test");                                    // needs the last one queued
-  EXPECT_EQ(Metrics::global().get(Counter::KernelsCompiled, "pointwise"), before);  // none done yet: 150 ms each
+  for (double c : {41.0, 42.0, 43.0}) engine::flush(d.dev, d.trace(c, true), "test");  // queued, launched nothing
+  engine::flush(d.dev, d.trace(43.0, false), "test");                                  // needs the last one queued
+  EXPECT_EQ(Metrics::global().get(Counter::KernelsCompiled, "pointwise"), before);     // none done yet: 150 ms each
   engine::wait_for_background_compiles();
   EXPECT_EQ(Metrics::global().get(Counter::KernelsCompiled, "pointwise"), before + 3);
-  dev.synchronize();
-  EXPECT_EQ(y[2], 2.f * 5.f + 43.f);
-  engine::configure(engine::Options{});
-  dev.free(x);
-  dev.free(y);
+  d.dev.synchronize();
+  EXPECT_EQ(d.y[2], 2.f * 5.f + 43.f);
 }
