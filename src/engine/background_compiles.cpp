@@ -25,8 +25,9 @@ struct Compiles {
     const void* waiter = nullptr;  // the DeferredExecutable it resolves, if any
   };
   std::deque<Queued> queue;
-  bool running = false;  // a compile taken from the queue is running
-  int hurried = 0;       // compiles taken from the queue by a waiting device (hurry)
+  // Compiles taken from the queue and not done yet: by the compile thread,
+  // or by a waiting device (hurry). `idle` is told when none is left.
+  int in_flight = 0;
   bool stopping = false;
   std::thread thread;
 };
@@ -36,6 +37,11 @@ struct Compiles {
 Compiles& compiles() {
   static auto* c = new Compiles();
   return *c;
+}
+
+// Caller holds c.mu.
+void done_one(Compiles& c) {
+  if (--c.in_flight == 0 && c.queue.empty()) c.idle.notify_all();
 }
 
 void compile_loop(Compiles* c) {
@@ -49,12 +55,11 @@ void compile_loop(Compiles* c) {
     if (c->queue.empty()) return;  // stopping, nothing left
     std::function<void()> compile = std::move(c->queue.front().compile);
     c->queue.pop_front();
-    c->running = true;
+    ++c->in_flight;
     lock.unlock();
     compile();  // never throws: a compile's error goes to its DeferredExecutable
     lock.lock();
-    c->running = false;
-    if (c->queue.empty()) c->idle.notify_all();
+    done_one(*c);
   }
 }
 
@@ -90,11 +95,10 @@ void finish_background_compiles() {
 }
 
 void wait_for_background_compiles() {
-  finish_background_compiles();
-  // A compile a device took from the queue (hurry) ends on its thread.
+  // The thread stays up: the program goes on compiling.
   Compiles& c = compiles();
   std::unique_lock<std::mutex> lock(c.mu);
-  c.idle.wait(lock, [&] { return c.hurried == 0; });
+  c.idle.wait(lock, [&] { return c.queue.empty() && c.in_flight == 0; });
 }
 
 // A compile the device now waits for runs at once, on the waiting thread:
@@ -113,14 +117,14 @@ void hurry(const DeferredExecutable* waiter) {
       if (it->waiter != waiter) continue;
       compile = std::move(it->compile);
       c.queue.erase(it);
-      ++c.hurried;
+      ++c.in_flight;
       break;
     }
   }
   if (!compile) return;
   compile();  // never throws: its error goes to its DeferredExecutable
   std::lock_guard<std::mutex> lock(c.mu);
-  if (--c.hurried == 0) c.idle.notify_all();
+  done_one(c);
 }
 
 void DeferredExecutable::run(const runtime::LaunchArgs& args) {

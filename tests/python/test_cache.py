@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import POLICY, REPO, UNDER_FIXED_POLICY, run_python
+from conftest import POLICY, REPO, run_python, same_under_policy
 
 SCRIPT = os.path.join(REPO, "tests", "python", "scripts", "cache_train.py")
 CHAINS = os.path.join(REPO, "tests", "python", "scripts", "cache_chains.py")
@@ -33,20 +33,8 @@ def train(cache_dir, *args, env=None, check=True, script=SCRIPT):
 
 
 def same_results(a, b):
-    """The same bits under the fixed policy, which fuses every trace at its
-    first flush, on a cold store as on a warm one. Under the defaults a warm
-    run takes other tiers than a cold one (fused at once where the cold run
-    ran library kernels first), whose results may differ in the last bits
-    (docs/tuning.md, "Tiers"): within float32 rounding of a few steps."""
-    if UNDER_FIXED_POLICY:
-        return (a["loss"], a["extra"], a["checksum"], a["first"]) == (b["loss"], b["extra"], b["checksum"], b["first"])
-    close = lambda x, y: x == pytest.approx(y, rel=1e-5, abs=1e-6)  # noqa: E731
-    return (
-        close(a["loss"], b["loss"])
-        and close(a["extra"], b["extra"])
-        and close(a["checksum"], b["checksum"])
-        and all(close(x, y) for x, y in zip(a["first"], b["first"], strict=True))
-    )
+    keys = ("loss", "extra", "checksum", "first")
+    return all(same_under_policy(a[k], b[k], rel=1e-5) for k in keys)
 
 
 def test_a_second_run_compiles_nothing_and_gives_the_same_bits(tmp_path):

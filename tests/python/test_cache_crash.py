@@ -12,9 +12,7 @@ import subprocess
 import sys
 import time
 
-import pytest
-
-from conftest import POLICY, REPO, UNDER_FIXED_POLICY
+from conftest import POLICY, REPO, same_under_policy
 
 CHAINS = os.path.join(REPO, "tests", "python", "scripts", "cache_chains.py")
 KILLS = 50
@@ -40,15 +38,6 @@ def _chains(cache_dir, first, last, **extra):
     )
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
-
-
-def _same_total(a, b):
-    """The same bits under the fixed policy, which fuses every trace at its
-    first flush on a cold store as on a warm one. Under the defaults a
-    chain runs as library kernels until compiled, and fused at once where
-    the store holds its kernels: kiln's own sin may differ from eager's in
-    the last bits (docs/tuning.md, "Tiers")."""
-    return a == b if UNDER_FIXED_POLICY else a == pytest.approx(b, rel=1e-6)
 
 
 def _verify(cache_dir):
@@ -93,11 +82,13 @@ def test_fifty_programs_killed_at_random_moments_leave_a_cache_that_verifies(tmp
         if kills % 10 == 0 and proc.returncode == -signal.SIGKILL:
             # A run after the kill: whatever it loads from the store gives eager's numbers.
             got = _chains(cache, 1, 40)
-            assert _same_total(got["total"], reference(tmp_path)["total"]), (got, kills)
+            assert same_under_policy(got["total"], reference(tmp_path)["total"], rel=1e-6), (got, kills)
             runs += 1
     assert runs >= 4
     final = _chains(cache, 1, 80)
-    assert _same_total(final["total"], _chains(tmp_path / "memory-only", 1, 80, KILN_CACHE="0")["total"])
+    assert same_under_policy(
+        final["total"], _chains(tmp_path / "memory-only", 1, 80, KILN_CACHE="0")["total"], rel=1e-6
+    )
     v = _verify(cache)
     assert v.returncode == 0 and ", 0 bad" in v.stdout, v.stdout
 
