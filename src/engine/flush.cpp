@@ -412,13 +412,16 @@ uint64_t after_trace(const trace::Trace& trace, const cache::Key& plan_key) {
 }
 
 // A trace whose plan fuses nothing is compiled only where its largest op
-// covers this many elements or fewer: there a library kernel's fixed cost
-// (dispatch, waking its thread team) is much of the op's time, and a fused
-// kernel does not pay it; above, the op's memory traffic outweighs it.
-// mlp_train's one-op traces (65536 elements and fewer) cost its steady
-// step as library kernels; gpt_train's larger ones gained nothing
-// compiled, and their compiles stalled its fifth step (docs/tuning.md,
-// "Tiers", has the numbers).
+// covers more than kOneOpKernelMinElements elements and at most
+// kOneOpKernelMaxElements: there a library kernel's fixed cost (dispatch,
+// waking its thread team) is much of the op's time, and a fused kernel
+// does not pay it; above, the op's memory traffic outweighs it; below, the
+// fused launch costs what the library kernel does. mlp_train's one-op
+// traces (1280 to 65536 elements) cost its steady step as library
+// kernels; gpt_train's larger ones gained nothing compiled, and their
+// compiles stalled its fifth step, as did its loss gradient's one-element
+// fill later (docs/tuning.md, "Tiers", has the numbers).
+constexpr int64_t kOneOpKernelMinElements = int64_t{1} << 10;
 constexpr int64_t kOneOpKernelMaxElements = int64_t{1} << 17;
 
 // The elements an op's iteration space covers.
@@ -438,10 +441,12 @@ int64_t largest_op_elements(const trace::Trace& trace) {
 // compiled: KILN_COMPILE_THRESHOLD. A trace whose plan fuses nothing needs
 // one more, too few to repay a compile in a pass over new sizes
 // (varlen_infer's first two), enough in a training loop, whose are
-// compiled by its third step; and never where its ops are large.
+// compiled by its third step; and never where its ops are large or tiny.
 int64_t compile_threshold_for(const trace::Trace& trace, bool plan_fuses_nothing) {
   if (!plan_fuses_nothing) return g_options.compile_threshold;
-  if (largest_op_elements(trace) > kOneOpKernelMaxElements) return std::numeric_limits<int64_t>::max();
+  const int64_t largest = largest_op_elements(trace);
+  if (largest <= kOneOpKernelMinElements || largest > kOneOpKernelMaxElements)
+    return std::numeric_limits<int64_t>::max();
   return g_options.compile_threshold + 1;
 }
 

@@ -166,8 +166,8 @@ const std::vector<KnobSpec>& knob_table() {
        "Occurrences of a trace before its fused kernels are compiled: until then a trace whose fused "
        "kernels are not cached (in memory or in the store) runs as library kernels, compiling nothing, "
        "unless its first op covers 2^20 elements or more and a second op joins it. A trace whose kernels "
-       "would each hold one op needs one occurrence more, and is never compiled where an op covers more "
-       "than 2^17 elements. 2: a trace seen once is never compiled; "
+       "would each hold one op needs one occurrence more, and is compiled only where its largest op covers "
+       "more than 2^10 elements and at most 2^17. 2: a trace seen once is never compiled; "
        "1: compile at first sight (with KILN_ASYNC_COMPILE=0: every trace fused at its first flush).",
        set_integer<&Settings::compile_threshold>, 1, 1000000},
       {"KILN_QUEUE_LOW_WATERMARK", KnobKind::Integer, "0",

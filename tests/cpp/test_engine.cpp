@@ -145,7 +145,7 @@ namespace {
 
 // y = (x * 5 + c) * 1 over 48 elements: two ops, fused into one kernel (a
 // trace whose kernels each hold one op is compiled one occurrence later:
-// AnAdaptiveTraceThatFusesNothingIsCompiledOneOccurrenceLaterUnlessLarge), a kernel of its
+// AnAdaptiveTraceThatFusesNothingIsCompiledOneOccurrenceLaterUnlessLargeOrTiny), a kernel of its
 // own per c. The first op's output is a fresh buffer the trace's owner
 // freed: no store.
 trace::Trace axpb_plus(void* x, void* y, double c) {
@@ -216,10 +216,11 @@ TEST(Engine, LibraryTierRunsATraceUntilItsKernelsWereQueuedAndSeenAgain) {
 // A trace whose every kernel would hold one op gains only each library
 // kernel's fixed cost fused: the adaptive policy compiles it one occurrence
 // later than a trace that fuses, and never where its op covers more than
-// 2^17 elements (then it runs as library kernels at every occurrence, and
-// no kernel is looked up). The fixed policy fuses it at first sight.
-TEST(Engine, AnAdaptiveTraceThatFusesNothingIsCompiledOneOccurrenceLaterUnlessLarge) {
-  constexpr int64_t kSmall = 56, kLarge = (int64_t{1} << 17) + 8;
+// 2^17 elements or 2^10 and fewer (then it runs as library kernels at
+// every occurrence, and no kernel is looked up). The fixed policy fuses it
+// at first sight.
+TEST(Engine, AnAdaptiveTraceThatFusesNothingIsCompiledOneOccurrenceLaterUnlessLargeOrTiny) {
+  constexpr int64_t kTiny = int64_t{1} << 10, kSmall = kTiny + 56, kLarge = (int64_t{1} << 17) + 8;
   runtime::Device dev(0, 1 << 22, false);
   auto* x = static_cast<float*>(dev.allocate(kLarge * 4));
   auto* y = static_cast<float*>(dev.allocate(kLarge * 4));
@@ -259,6 +260,9 @@ TEST(Engine, AnAdaptiveTraceThatFusesNothingIsCompiledOneOccurrenceLaterUnlessLa
   EXPECT_EQ(Metrics::global().get(Counter::ExecutableCache, "hit"), 0);
   adaptive.compile_threshold = 1;
   EXPECT_EQ(occurrences(adaptive, kLarge), std::vector<bool>(5, true));
+  EXPECT_EQ(Metrics::global().get(Counter::ExecutableCache, "miss"), 0);
+  EXPECT_EQ(Metrics::global().get(Counter::ExecutableCache, "hit"), 0);
+  EXPECT_EQ(occurrences(adaptive, kTiny), std::vector<bool>(5, true));
   EXPECT_EQ(Metrics::global().get(Counter::ExecutableCache, "miss"), 0);
   EXPECT_EQ(Metrics::global().get(Counter::ExecutableCache, "hit"), 0);
   engine::Options fixed;

@@ -288,3 +288,7 @@ def test_a_training_loop_reaches_its_steady_step_within_five_steps_whatever_the_
     steady = steps[-1]
     assert steady["tiers"].get("fused", 0) > 0 and steady["fused"], steady
     assert all(step == steady for step in steps[4:]), steps  # from the fifth step on
+    # The loss gradient's one-element fill stays a library kernel: fused
+    # alone it would cost what its library kernel does, and its compile,
+    # queued in the fourth step, would stall the fifth (docs/tuning.md, "Tiers").
+    assert steady["library"].get("aten::fill_.Scalar") == 1, steady
