@@ -128,10 +128,12 @@ def method(data):
         "ratios with their min-max. Bandwidth shares are per round too (against the same round's triad).",
         *first_samples_bullet(data),
         "- **Noise floor**: a second process of the fixed policy (every workload) and of eager CPU "
-        "(`varlen_infer`) runs in each round beside the first. Their ratio is what two runs of one thing differ "
-        'by on this machine; a "not slower" target between contenders that do the same work reads a ratio '
-        f"below 1.0x by less than the largest such difference (counted up to {100 * targets.MAX_NOISE_FLOOR:.0f}%) "
-        'as a tie (section "Adaptive policy and noise floor").',
+        "(`varlen_infer`) runs in each round beside the first. Their per-round ratios, whose true value is 1.0x, "
+        'measure what two runs of one thing differ by on this machine; a "not slower" target between '
+        "contenders that do the same work reads a ratio below 1.0x by less than a median over as many rounds "
+        f"would lie below 1.0x by chance (with {100 * stats.FALSE_ALARM_RATE:.0f}% false alarms over the ratios "
+        f"the target reads; counted up to {100 * targets.MAX_NOISE_FLOOR:.0f}%) as a tie "
+        '(section "Adaptive policy and noise floor").',
         "- **torch.compile compiles cold in each of its processes**: each gets a fresh, empty "
         "`TORCHINDUCTOR_CACHE_DIR` (removed after), so its first step is a cold compile; its steady state follows.",
         "- After the rounds: kiln's recording overhead (one process), then the C++ micro-benchmarks "
@@ -318,9 +320,9 @@ def policy_section(data, summary):
         "kiln lazy's defaults (the adaptive policy) against the fixed policy (`KILN_COMPILE_THRESHOLD=1`,",
         "`KILN_ASYNC_COMPILE=0`: every trace compiled at its first flush, which waits), and two processes of",
         "one contender against each other in the same round: what two runs of the same thing differ by on",
-        'this machine. The "not slower" targets read a ratio below 1.0x by less than the largest such',
-        f"difference (counted up to {100 * targets.MAX_NOISE_FLOOR:.0f}%) as a tie. Median of the per-round ratios "
-        "(min-max); >1x: the second is faster.",
+        'this machine. The "not slower" targets read a ratio below 1.0x by less than the noise floor these',
+        "measure (the Targets table gives it) as a tie, counted up to "
+        f"{100 * targets.MAX_NOISE_FLOOR:.0f}%. Median of the per-round ratios (min-max); >1x: the second is faster.",
         "",
         "| workload | " + " | ".join(label for _, label in names) + " |",
         "|---|" + "---|" * len(names),

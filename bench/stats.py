@@ -7,6 +7,7 @@ round by round (the same round and workload, so both saw the same machine
 load), and reported as the median of the per-round ratios with their min-max.
 """
 
+import math
 import statistics
 
 
@@ -70,25 +71,42 @@ def timed_contenders(data):
     return [c for c in data["contenders"] if not c["reason"] and not c.get("repeats")]
 
 
-def noise_floor(data, field, workloads=None, originals=None):
-    """How far two processes of one contender differ on this run, in `field` ("first_s" or
-    "median_s"): the largest |1 - r| over the median per-round ratios r of each repeated
-    contender over its original, on `workloads` and for the contenders `originals` (None:
-    all). {floor, worst, n} or None."""
-    worst, n = None, 0
+# The chance that a "not slower" target between contenders doing the same
+# work reads "slower" when they do not differ, over all the ratios it reads.
+FALSE_ALARM_RATE = 0.05
+
+
+def noise_floor(data, field, workloads=None, originals=None, comparisons=1):
+    """How far below 1.0x a median over rounds of per-round ratios lies by chance alone on this run,
+    in `field` ("first_s" or "median_s"), measured on two processes of one contender (each repeated
+    contender over its original, on `workloads` and for the contenders `originals`; None: all),
+    whose true ratio is 1.0. Their per-round log ratios give the spread of one round (root mean
+    square around 0); the median of n rounds varies about sqrt(pi / 2n) times as much; the floor is
+    the quantile of that which `comparisons` ratios pass below with a chance of FALSE_ALARM_RATE
+    in all. (The largest of the pairs' medians, the floor before, is passed by one of as many
+    like draws more often than not.) {floor, sigma, rounds, n, worst} or None."""
+    logs, rounds, worst = [], [], None
     for w in data["workloads"]:
         if workloads is not None and w["name"] not in workloads:
             continue
         for again, original in repeated_contenders(data).items():
             if originals is not None and original not in originals:
                 continue
-            r = ratio(runs_of(w, original), runs_of(w, again), field)
-            if r is None:
+            per_round = per_round_ratios(runs_of(w, original), runs_of(w, again), field)
+            if not per_round:
                 continue
-            n += 1
-            if worst is None or abs(1 - r["median"]) > worst[0]:
-                worst = (abs(1 - r["median"]), f"{w['name']} {original} {r['median']:.2f}x")
-    return worst and {"floor": worst[0], "worst": worst[1], "n": n}
+            logs += [math.log(r) for r in per_round]
+            rounds.append(len(per_round))
+            median = statistics.median(per_round)
+            if worst is None or abs(1 - median) > worst[0]:
+                worst = (abs(1 - median), f"{w['name']} {original} {median:.2f}x")
+    if not logs:
+        return None
+    sigma = math.sqrt(sum(x * x for x in logs) / len(logs))
+    n = statistics.median(rounds)
+    z = statistics.NormalDist().inv_cdf(1 - FALSE_ALARM_RATE / comparisons)
+    floor = 1 - math.exp(-z * sigma * math.sqrt(math.pi / (2 * n)))
+    return {"floor": floor, "sigma": sigma, "rounds": n, "n": len(rounds), "worst": worst[1]}
 
 
 def breakdown_summary(runs):

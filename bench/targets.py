@@ -177,10 +177,12 @@ def per_run_ratios(runs, numerator, denominator):
 
 
 # "Not slower" between two contenders that do the same work (the same
-# kernels, or CPU's own) is read against the noise floor: how far two
-# processes of one contender differ in the same run (stats.noise_floor).
-# Below 1.0x by less than that, the two cannot be told apart.
-# A noisy run does not buy a looser target: the floor counts up to 5%.
+# kernels, or CPU's own) is read against the noise floor: how far below
+# 1.0x such a ratio lies by chance on this run, from two processes of one
+# contender in the same rounds (stats.noise_floor, with 5% false alarms
+# over the ratios the target reads). Below 1.0x by less than that, the two
+# cannot be told apart. A noisy run does not buy a looser target: the
+# floor counts up to 5%.
 MAX_NOISE_FLOOR = 0.05
 NOT_SLOWER = f">= 1.0x, less the noise floor (at most {100 * MAX_NOISE_FLOOR:.0f}%)"
 
@@ -193,29 +195,35 @@ def tolerance(floor):
 def fmt_floor(floor):
     if not floor:
         return "no noise floor measured (read strictly)"
-    text = f"noise floor {100 * floor['floor']:.1f}% (worst of {floor['n']}: {floor['worst']})"
+    text = (
+        f"noise floor {100 * floor['floor']:.1f}% (one round's spread {100 * floor['sigma']:.1f}% over "
+        f"{floor['n']} {'pair' if floor['n'] == 1 else 'pairs'} of processes; widest pair {floor['worst']})"
+    )
     return text + (f", counted as {100 * MAX_NOISE_FLOOR:.0f}%" if floor["floor"] > MAX_NOISE_FLOOR else "")
 
 
 def adaptive_not_slower_row(data):
     """The adaptive policy against the fixed one on every workload, first and steady steps."""
-    floors = {
-        field: stats.noise_floor(data, field, originals=("kiln_lazy_fixed",)) for field in ("first_s", "median_s")
-    }
-    slower, within, measured = [], [], 0
+    fields = (("first_s", "first step"), ("median_s", "steady"))
+    ratios = []
     for w in data["workloads"]:
-        for field, label in (("first_s", "first step"), ("median_s", "steady")):
+        for field, label in fields:
             r = stats.ratio(stats.runs_of(w, "kiln_lazy_fixed"), stats.runs_of(w, "kiln_lazy"), field)
-            if not r:
-                continue
-            measured += 1
-            if r["median"] < 1.0 - tolerance(floors[field]):
-                slower.append(f"{w['name']} {label} {r['median']:.2f}x")
-            elif r["median"] < 1.0:
-                within.append(f"{w['name']} {label} {r['median']:.2f}x")
+            if r:
+                ratios.append((w["name"], field, label, r))
+    floors = {
+        field: stats.noise_floor(data, field, originals=("kiln_lazy_fixed",), comparisons=max(len(ratios), 1))
+        for field, _ in fields
+    }
+    slower, within = [], []
+    for name, field, label, r in ratios:
+        if r["median"] < 1.0 - tolerance(floors[field]):
+            slower.append(f"{name} {label} {r['median']:.2f}x")
+        elif r["median"] < 1.0:
+            within.append(f"{name} {label} {r['median']:.2f}x")
     measured_text = None
-    if measured:
-        measured_text = (f"slower: {', '.join(slower)}" if slower else "none slower") + f" ({measured} ratios)"
+    if ratios:
+        measured_text = (f"slower: {', '.join(slower)}" if slower else "none slower") + f" ({len(ratios)} ratios)"
         if within:
             measured_text += f"; below 1.0x within the noise floor: {', '.join(within)}"
         measured_text += "; first steps " + fmt_floor(floors["first_s"]) + ", steady " + fmt_floor(floors["median_s"])
