@@ -84,7 +84,7 @@ def noise_floor(data, field, workloads=None, originals=None, comparisons=1):
     square around 0); the median of n rounds varies about sqrt(pi / 2n) times as much; the floor is
     the quantile of that which `comparisons` ratios pass below with a chance of FALSE_ALARM_RATE
     in all. (The largest of the pairs' medians, the floor before, is passed by one of as many
-    like draws more often than not.) {floor, sigma, rounds, n, worst} or None."""
+    like draws more often than not.) {floor, sigma, n, worst} or None."""
     logs, rounds, worst = [], [], None
     for w in data["workloads"]:
         if workloads is not None and w["name"] not in workloads:
@@ -106,7 +106,7 @@ def noise_floor(data, field, workloads=None, originals=None, comparisons=1):
     n = statistics.median(rounds)
     z = statistics.NormalDist().inv_cdf(1 - FALSE_ALARM_RATE / comparisons)
     floor = 1 - math.exp(-z * sigma * math.sqrt(math.pi / (2 * n)))
-    return {"floor": floor, "sigma": sigma, "rounds": n, "n": len(rounds), "worst": worst[1]}
+    return {"floor": floor, "sigma": sigma, "n": len(rounds), "worst": worst[1]}
 
 
 def breakdown_summary(runs):
