@@ -16,8 +16,13 @@ descriptors R and W), one process of a lockstep group at a time
 (run_bench.measure_group).
 """
 
+import sys
 import time
 
+import memory_backing
+
+# Before the imports, and before the clock of start-up: bench memory, not the contender's (memory_backing.py).
+HELD = memory_backing.HeldMemory(memory_backing.mb_from_argv(sys.argv))
 STARTED = time.perf_counter()  # before the imports: start-up is part of what a pair costs
 
 import argparse  # noqa: E402
@@ -25,7 +30,6 @@ import json  # noqa: E402
 import os  # noqa: E402
 import resource  # noqa: E402
 import statistics  # noqa: E402
-import sys  # noqa: E402
 import traceback  # noqa: E402
 
 import torch  # noqa: E402
@@ -151,6 +155,7 @@ def measure(workload, contender, scale, warmup_s, reps, budget_s, first_only=Fal
     lazy = contender.kiln_mode == "lazy"
     if lazy:
         kiln.metrics.reset()
+    HELD.release()  # its pages, backed, are the first step's fresh memory
     usage0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.perf_counter()
     out = step()
@@ -159,8 +164,15 @@ def measure(workload, contender, scale, warmup_s, reps, budget_s, first_only=Fal
     first_usage = usage_between(usage0, resource.getrusage(resource.RUSAGE_SELF))
     first_breakdown = per_step(kiln.metrics.breakdown(), 1) if lazy else None
     del out
+    backing = HELD.record()
     if first_only:
-        return {"startup_s": started_s, "build_s": build_s, "first_s": first_s, "first_usage": first_usage}
+        return {
+            "startup_s": started_s,
+            "build_s": build_s,
+            "first_s": first_s,
+            "first_usage": first_usage,
+            "memory_backing": backing,
+        }
 
     warmup_times = []
     warm_s, warm_steps = warm_up(step, sync, warmup_s, warmup_times)
@@ -189,6 +201,7 @@ def measure(workload, contender, scale, warmup_s, reps, budget_s, first_only=Fal
         # What the first step cost the process beside its wall time: a first
         # step that is slow in some processes only shows where here.
         "first_usage": first_usage,
+        "memory_backing": backing,
         "warmup_s": warm_s,
         "warmup_steps": warm_steps,
         "warmup_times_s": warmup_times,
@@ -247,6 +260,9 @@ def main(argv=None):
     parser.add_argument("--budget-s", type=float, default=0.0, help="timed steps stop after this (3 at least)")
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--turns", default=None, help="R,W: the pipes of a lockstep group's turns (timed steps)")
+    parser.add_argument(
+        memory_backing.FLAG, type=int, default=0, help="MiB held from the start, let go just before the first step"
+    )
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     turns = None

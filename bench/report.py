@@ -83,6 +83,30 @@ def first_samples_bullet(data):
     ]
 
 
+def backing_bullet(data):
+    """The Method bullet on the memory a child holds until its first step, or nothing where none was held."""
+    mb = data.get("settings", {}).get("backing_mb", 0)
+    held = [
+        r["memory_backing"]["seconds"]
+        for w in data["workloads"]
+        for c in w["results"].values()
+        for r in c.get("runs", [])
+        if r.get("memory_backing", {}).get("mb")
+    ]
+    if not mb or not held:
+        return []
+    return [
+        f"- **Backed memory for the first step**: each process writes {mb} MiB of memory at its start, before "
+        "it imports torch, and frees it just before its first step, so that the first step's fresh pages are "
+        "pages the guest already backs. This VM hands memory that stays free for a couple of seconds back to its "
+        "host (free page reporting), and a page the host took back faults in the host again at its next touch: "
+        "whether a first step paid that depended on what ran before it, not on the contender (large-tensor "
+        "first steps took 60-120 ms in some processes and 490-650 ms in others, under either kiln policy; "
+        f"`bench/memory_backing.py`). Writing it took {min(held):.2f}-{max(held):.2f} s a process, outside every "
+        "timed span (`memory_backing` in the JSON). Runs before 2026-12-07 afternoon did not do this.",
+    ]
+
+
 def method(data):
     st = data.get("settings", {})
     m = data["machine"]
@@ -127,6 +151,7 @@ def method(data):
         "same round and workload; likewise torch.compile / kiln) and reported as the median of the per-round "
         "ratios with their min-max. Bandwidth shares are per round too (against the same round's triad).",
         *first_samples_bullet(data),
+        *backing_bullet(data),
         "- **Noise floor**: a second process of the fixed policy (every workload) and of eager CPU "
         "(`varlen_infer`) runs in each round beside the first. Their per-round ratios, whose true value is 1.0x, "
         'measure what two runs of one thing differ by on this machine; a "not slower" target between '

@@ -34,6 +34,7 @@ import time
 
 BENCH = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, BENCH)
+import memory_backing  # noqa: E402
 import stats  # noqa: E402
 from children import TurnTaker, run_child, take_turns  # noqa: E402
 from contenders import BY_KEY, CONTENDERS, WARM_START_WORKLOADS  # noqa: E402
@@ -43,7 +44,11 @@ from contenders import BY_KEY, CONTENDERS, WARM_START_WORKLOADS  # noqa: E402
 # in), where torch.compile runs ("all" or a tuple of workloads) and in how many
 # rounds, the first-step-only processes per round beside the timed one of each
 # contender whose first step a "not slower" target compares (Contender.
-# first_sampled_on), the STREAM array size, and how long one child may take.
+# first_sampled_on), the STREAM array size, how long one child may take, and
+# the MiB a child holds from its start and lets go of just before its first
+# step, so that the first step's fresh pages are pages the VM already backs
+# (memory_backing.py; at scale 0.25 the largest first step grows a process by
+# about 100 MiB, at scale 1 by 400 MiB).
 #
 # Sized from costs measured on the 2-core VM (Dec 2026, other work running):
 # a child costs ~3.5-4 s before its first step even on tiny sizes (import
@@ -73,6 +78,7 @@ MODES = {
         "first_samples": 0,
         "stream_elements": 1 << 16,
         "child_timeout_s": 300,
+        "backing_mb": 8,  # the path is tested; no smoke step needs more
     },
     "quick": {
         "scale": 0.25,
@@ -85,6 +91,7 @@ MODES = {
         "first_samples": 0,
         "stream_elements": 1 << 24,
         "child_timeout_s": 600,
+        "backing_mb": 256,
     },
     "full": {
         "scale": 1.0,
@@ -97,6 +104,7 @@ MODES = {
         "first_samples": 2,
         "stream_elements": 1 << 26,
         "child_timeout_s": 1800,
+        "backing_mb": 1024,
     },
 }
 
@@ -133,6 +141,7 @@ def child_argv(workload, key, settings, warmup_s=0.0, reps=3, budget_s=0.0):
         f"--reps={reps}",
         f"--budget-s={budget_s}",
         f"--threads={settings['threads']}",
+        f"{memory_backing.FLAG}={settings['backing_mb']}",
     ]
 
 
@@ -370,6 +379,11 @@ def left_out(mode, settings, names, all_names):
             f'first steps compared by a "not slower" target: the median of {settings["first_samples"] + 1} '
             f"process(es) per round instead of {MODES['full']['first_samples'] + 1}"
         )
+    if settings["backing_mb"] == 0:
+        out.append(
+            "first steps: no memory held until them (--backing-mb 0), so their fresh pages may wait for the VM "
+            "to back them (bench/memory_backing.py)"
+        )
     full = MODES["full"]
     smaller = []
     if settings["scale"] != full["scale"]:
@@ -399,6 +413,10 @@ def settings_for(args):
         settings["compile_rounds"] = args.compile_rounds
     if args.first_samples is not None:
         settings["first_samples"] = args.first_samples
+    if args.backing_mb is not None:
+        if args.backing_mb < 0:
+            raise SystemExit(f"--backing-mb: expected 0 or more MiB; got {args.backing_mb}")
+        settings["backing_mb"] = args.backing_mb
     settings["compile_rounds"] = min(settings["compile_rounds"], settings["rounds"])
     settings["jobs"] = args.jobs
     settings["turn_s"] = TURN_S if args.jobs == 1 else None  # timed steps in lockstep (run_pairs)
@@ -472,6 +490,9 @@ def main(argv=None):
     parser.add_argument("--compile-on", default=None, help='"all" or comma-separated workloads for torch.compile')
     parser.add_argument("--compile-rounds", type=int, default=None, help="rounds torch.compile runs in (the first N)")
     parser.add_argument("--first-samples", type=int, default=None, help="first-step-only processes per sampled pair")
+    parser.add_argument(
+        "--backing-mb", type=int, default=None, help="MiB a child holds until its first step (memory_backing.py)"
+    )
     parser.add_argument("--jobs", type=int, default=1, help="children at once; > 1 only with --smoke (no timing)")
     parser.add_argument("--micro", default="build/kiln_runtime_bench")
     parser.add_argument("--out", default=None)

@@ -38,6 +38,8 @@ def test_bench_smoke(tmp_path):
             (run,) = w["results"][key]["runs"]
             assert run["round"] == 1 and run["reps"] >= 2 and run["median_s"] > 0, (w["name"], key, run)
             assert run["pid"] not in pids  # a process of its own
+            held = run["memory_backing"]  # held from the child's start until its first step
+            assert held["mb"] == run_bench.MODES["smoke"]["backing_mb"] > 0 and held["seconds"] > 0
             pids.add(run["pid"])
         for key in ("kiln_eager", "kiln_lazy"):
             assert w["results"][key]["runs"][0]["peak_bytes"] > 0
@@ -61,7 +63,14 @@ def test_bench_smoke(tmp_path):
     assert all(r["met"] is not None for r in rows if r["target"].startswith("every workload"))
 
     text = report.markdown(data, [], notes_path=None)
-    for heading in ("## Method", "## Targets", "## End-to-end workloads", "## Peak device memory", "µs per op"):
+    for heading in (
+        "## Method",
+        "**Backed memory for the first step**",
+        "## Targets",
+        "## End-to-end workloads",
+        "## Peak device memory",
+        "µs per op",
+    ):
         assert heading in text
     notes = tmp_path / "notes.md"
     notes.write_text("The chain is bound by its exp.\n")

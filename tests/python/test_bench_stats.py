@@ -359,7 +359,14 @@ def test_first_step_samples_follow_their_workloads_timed_processes_and_give_the_
 
 def test_overrides_rounds_and_compile_workloads():
     args = argparse.Namespace(
-        smoke=False, quick=True, rounds=7, compile_on="all", compile_rounds=None, first_samples=None, jobs=1
+        smoke=False,
+        quick=True,
+        rounds=7,
+        compile_on="all",
+        compile_rounds=None,
+        first_samples=None,
+        backing_mb=None,
+        jobs=1,
     )
     mode, settings = run_bench.settings_for(args)
     assert mode == "quick" and settings["rounds"] == 7 and settings["compile_rounds"] == 7
@@ -369,6 +376,30 @@ def test_overrides_rounds_and_compile_workloads():
     pairs = run_bench.plan(settings, ["w"])
     assert [r for r, _, c, _ in pairs if c.compiled] == [1, 2]
     assert "torch.compile: in 2 of the 7 rounds" in run_bench.left_out("full", settings, ["w"], ["w"])
+    assert settings["backing_mb"] == run_bench.MODES["quick"]["backing_mb"] > 0
+    assert "--back-memory-mb=256" in run_bench.child_argv("w", "kiln_lazy", settings)
+    assert "no memory held" not in " ".join(run_bench.left_out("quick", settings, ["w"], ["w"]))
+
+
+def test_the_memory_held_until_a_first_step_can_be_set_and_its_absence_is_said():
+    args = argparse.Namespace(
+        smoke=False,
+        quick=False,
+        rounds=None,
+        compile_on=None,
+        compile_rounds=None,
+        first_samples=None,
+        backing_mb=0,
+        jobs=1,
+    )
+    _, settings = run_bench.settings_for(args)
+    assert "--back-memory-mb=0" in run_bench.child_argv("w", "cpu_eager", settings)
+    assert "first steps: no memory held until them (--backing-mb 0)" in " ".join(
+        run_bench.left_out("full", settings, ["w"], ["w"])
+    )
+    args.backing_mb = -1
+    with pytest.raises(SystemExit, match="--backing-mb: expected 0 or more MiB; got -1"):
+        run_bench.settings_for(args)
 
 
 def test_where_the_time_goes_is_rendered_only_with_breakdown_data():
