@@ -153,9 +153,9 @@ def measure(workload, contender, scale, warmup_s, reps, budget_s, first_only=Fal
     # Results stay referenced until the sync, as a program that uses them
     # keeps them: lazy mode computes nothing nobody holds.
     lazy = contender.kiln_mode == "lazy"
+    HELD.release()  # its pages, backed, are the first step's fresh memory (and unmapping them is not the step's)
     if lazy:
         kiln.metrics.reset()
-    HELD.release()  # its pages, backed, are the first step's fresh memory
     usage0 = resource.getrusage(resource.RUSAGE_SELF)
     t0 = time.perf_counter()
     out = step()
