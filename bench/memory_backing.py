@@ -15,8 +15,8 @@ one policy to the other spanned 0.26-5.20.
 Measured on that VM, both policies alike: released just before the first
 step, 1 GiB held from the child's start took adamw_foreach_off's first step
 from 284-687 ms (6 fresh processes) to 61-92 ms (8), and memory_chain's from
-16-32 or 84-115 ms to 20-32 ms (8). Holding it costs a
-child 35-270 ms at its start (once 1.1 s), before `import torch`: no
+16-32 or 84-115 ms to 20-32 ms (8). Writing it costs a child 0.06-1.49 s
+at its start (the full run at 33cd996), before `import torch`: no
 contender's thread runs beside it, and no timed step.
 
 The largest first step of make bench's workloads grows the process by about

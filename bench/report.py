@@ -41,15 +41,14 @@ def mib(b):
     return f"{b / 2**20:.1f}"
 
 
+def every_run(data):
+    """Every timed process's result in the run, of every workload and contender."""
+    return [r for w in data["workloads"] for c in w["results"].values() for r in c.get("runs", [])]
+
+
 def lockstep_bullet(data):
     """How the timed steps were taken, where the run took them in lockstep (bench/children.py)."""
-    turns = [
-        len(r["turns"])
-        for w in data["workloads"]
-        for c in w["results"].values()
-        for r in c.get("runs", [])
-        if "turns" in r
-    ]
+    turns = [len(r["turns"]) for r in every_run(data) if "turns" in r]
     if not turns:
         return []
     return [
@@ -86,13 +85,7 @@ def first_samples_bullet(data):
 def backing_bullet(data):
     """The Method bullet on the memory a child holds until its first step, or nothing where none was held."""
     mb = data.get("settings", {}).get("backing_mb", 0)
-    held = [
-        r["memory_backing"]["seconds"]
-        for w in data["workloads"]
-        for c in w["results"].values()
-        for r in c.get("runs", [])
-        if r.get("memory_backing", {}).get("mb")
-    ]
+    held = [r["memory_backing"]["seconds"] for r in every_run(data) if r.get("memory_backing", {}).get("mb")]
     if not mb or not held:
         return []
     return [
